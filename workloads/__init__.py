@@ -1,0 +1,1 @@
+"""Job and node model, job-spec files and workload generators (SQ core issue)."""
