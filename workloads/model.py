@@ -1,0 +1,201 @@
+"""Typed records of the grid model: nodes, jobs, subtasks, QoS classes.
+
+Units (DESIGN §3): work in Mcycles (1 Mcycle = 1e6 CPU cycles); the grid standard CPU
+is 1 GHz = 1000 Mcycles/s, so a subtask "of 2000 s" carries 2,000,000 Mcycles. Node speed
+in MHz (= Mcycles/s of one core). Rates and scheduling weights in Mcycles/s. Times and
+windows in seconds of model time. Memory in MB, IO bandwidth in MB/s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+#: Mcycles per second of the grid standard CPU (1 GHz).
+STANDARD_MHZ: float = 1000.0
+
+
+class QosClass(str, Enum):
+    """Service class of a job; it decides the local queue and whether SQ controls it.
+
+    ``local`` is node-local work (the paper's grid-local job flow): it is generated per
+    node and runs in the node's local queue; it is never submitted through the global
+    manager.
+    """
+
+    STRICT = "strict"
+    LOOSE = "loose"
+    BEST_EFFORT = "best_effort"
+    LOCAL = "local"
+
+
+class QueueName(str, Enum):
+    """The three queues of a local manager (DESIGN §3)."""
+
+    LOCAL = "local"
+    QOS = "qos"
+    BEST_EFFORT = "best_effort"
+
+
+def queue_of(qos: QosClass) -> QueueName:
+    """The local queue that serves a subtask of class ``qos``."""
+    if qos is QosClass.LOCAL:
+        return QueueName.LOCAL
+    if qos is QosClass.BEST_EFFORT:
+        return QueueName.BEST_EFFORT
+    return QueueName.QOS
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """A per-subtask resource demand: what the subtask uses when it runs at full speed.
+
+    ``cpu`` in cores (a single-threaded subtask uses 1), ``memory_mb`` in MB, ``io_mbps``
+    in MB/s. Local queues share these with weighted DRF (DESIGN §3).
+    """
+
+    cpu: float = 1.0
+    memory_mb: float = 0.0
+    io_mbps: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("cpu", "memory_mb", "io_mbps"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"demand.{name}: must be a finite number >= 0, got {v!r}")
+        if self.cpu <= 0:
+            raise ValueError(f"demand.cpu: must be > 0 cores, got {self.cpu!r}")
+
+    @property
+    def is_cpu_only(self) -> bool:
+        return self.memory_mb == 0 and self.io_mbps == 0
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A grid node (one local manager).
+
+    ``speed_mhz`` is the speed of one core (Mcycles/s); ``cores`` the number of cores,
+    so the node's CPU capacity is ``speed_mhz * cores`` Mcycles/s. ``memory_mb`` and
+    ``io_mbps`` bound the multi-resource demands of the subtasks placed on it.
+    """
+
+    name: str
+    speed_mhz: float
+    cores: float = 1.0
+    memory_mb: float = 16384.0
+    io_mbps: float = 1000.0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("node.name: must be a non-empty string")
+        for attr in ("speed_mhz", "cores", "memory_mb", "io_mbps"):
+            v = getattr(self, attr)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(
+                    f"node {self.name}: {attr}: must be a finite number > 0, got {v!r}"
+                )
+
+    @property
+    def cpu_rate(self) -> float:
+        """Total CPU capacity, Mcycles/s."""
+        return self.speed_mhz * self.cores
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskSpec:
+    """One subtask of a job as submitted.
+
+    ``work`` in Mcycles (job files give reference CPU-seconds at the 1 GHz standard;
+    the loader multiplies by :data:`STANDARD_MHZ`). ``weight`` is the relative weight
+    ``r_i`` (> 0). ``command`` is an argv list for the process executor, or ``None``
+    for the synthetic executor.
+    """
+
+    work: float
+    weight: float = 1.0
+    demand: Demand | None = None
+    command: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.work) or self.work <= 0:
+            raise ValueError(f"work: must be a finite number > 0, got {self.work!r}")
+        if not math.isfinite(self.weight) or self.weight <= 0:
+            raise ValueError(f"weight: must be a finite number > 0, got {self.weight!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job as submitted to the global manager.
+
+    Either ``subtasks`` is given, or ``parallelism`` with ``total_work`` (Mcycles) and
+    ``total_weight``; the global manager then splits the job itself on the nodes it
+    picks (see :func:`global_manager.admission.split_job`).
+
+    ``overall_deviation`` (``E_t``) and ``asynchrony`` (``A_t``) are the strict QoS
+    windows in seconds; ``duration`` (``D_t``) an optional target duration in seconds;
+    ``arrival`` the submission time in seconds of model time (generators set it; live
+    submissions use the clock).
+    """
+
+    name: str
+    qos: QosClass
+    subtasks: tuple[SubtaskSpec, ...] = ()
+    overall_deviation: float | None = None
+    asynchrony: float | None = None
+    duration: float | None = None
+    parallelism: int | None = None
+    total_work: float | None = None
+    total_weight: float | None = None
+    arrival: float = 0.0
+    job_id: str = ""
+    #: Node name a ``local`` job is pinned to (local jobs never travel).
+    node: str | None = None
+
+    @property
+    def n_subtasks(self) -> int:
+        return len(self.subtasks) if self.subtasks else int(self.parallelism or 0)
+
+    @property
+    def is_strict(self) -> bool:
+        return self.qos is QosClass.STRICT
+
+
+@dataclass(slots=True)
+class Subtask:
+    """A placed subtask: live state kept by its local manager.
+
+    ``expected_rate`` is ``x_i = r_i * u_t`` (Mcycles/s) fixed at admission;
+    ``weight`` the current scheduling weight (Mcycles/s, starts at ``expected_rate``)
+    and ``virtual_weight`` the weight of its virtual subtask (Mcycles/s, 0 until the
+    controller first slows it down). ``done_work`` in Mcycles.
+    """
+
+    job_id: str
+    index: int
+    node: str
+    qos: QosClass
+    work: float
+    relative_weight: float
+    expected_rate: float
+    weight: float
+    demand: Demand = field(default_factory=Demand)
+    virtual_weight: float = 0.0
+    done_work: float = 0.0
+    start_time: float = 0.0
+    finish_time: float | None = None
+    command: tuple[str, ...] | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.job_id, self.index)
+
+    @property
+    def remaining(self) -> float:
+        """Work still to do, Mcycles."""
+        return max(0.0, self.work - self.done_work)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_time is not None
