@@ -211,3 +211,35 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Demo: ``python -m clocks.ntp_responder --offset 5`` serves until interrupted."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="loopback NTP responder for demos and tests")
+    parser.add_argument("--offset", type=float, default=0.0, help="seconds added to wall time")
+    parser.add_argument("--stratum", type=int, default=2)
+    parser.add_argument("--leap", type=int, default=0)
+    parser.add_argument("--port", type=int, default=0, help="UDP port (default: ephemeral)")
+    args = parser.parse_args(argv)
+    try:
+        responder = NtpResponder(
+            offset_s=args.offset, stratum=args.stratum, leap=args.leap, port=args.port
+        )
+    except (ValueError, OSError) as exc:
+        print(f"ntp_responder: {exc}")
+        return 2
+    with responder:
+        print(f"serving NTP on {responder.address} (offset {args.offset:+g} s); Ctrl-C stops",
+              flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
