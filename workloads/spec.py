@@ -1,0 +1,524 @@
+"""Job-spec files (YAML and JSON) and in-memory job mappings -> :class:`JobSpec`.
+
+The keys are the user-facing contract of issue 3 (more may be added; these keep their
+meaning)::
+
+    name: coupled-sim
+    qos: strict              # strict | loose | best_effort
+    overall_deviation: 300   # s, strict only: the overall error window E_t
+    asynchrony: 120          # s, strict only: the asynchrony window A_t
+    duration: 1800           # optional target duration D_t, s
+    subtasks:                # never more subtasks than nodes (checked at submission)
+      - {work: 1800, weight: 1}
+      - {work: 3600, weight: 2, demand: {cpu: 1, memory_mb: 512, io_mbps: 5}}
+      - {work: 3600, weight: 2, command: [python3, -c, "..."]}
+
+or, instead of ``subtasks``, the job's total ``work``, total ``weight`` and
+``parallelism: N`` (the global manager splits it into N subtasks).
+
+Units: ``work`` in files is reference CPU-seconds at the 1 GHz grid standard; the
+records hold Mcycles (``work * STANDARD_MHZ``). Windows, duration and ``arrival`` are
+seconds of model time. ``arrival`` (optional, default 0) is when a simulation submits
+the job; the live runtime submits at once. ``job_id`` is never in a file: the global
+manager assigns it.
+
+Every validation failure raises :class:`SpecError`, whose message is
+``FILE: FIELD: REASON`` with FIELD a path such as ``jobs[2].subtasks[0].work``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from coalloc.errors import UserError
+from workloads.model import STANDARD_MHZ, Demand, JobSpec, QosClass, SubtaskSpec
+
+#: Keys of a job mapping. ``node`` is accepted only for ``local`` jobs (generators,
+#: traces), never in user submissions.
+JOB_KEYS: tuple[str, ...] = (
+    "name",
+    "qos",
+    "overall_deviation",
+    "asynchrony",
+    "duration",
+    "arrival",
+    "subtasks",
+    "work",
+    "weight",
+    "parallelism",
+    "node",
+)
+SUBTASK_KEYS: tuple[str, ...] = ("work", "weight", "demand", "command")
+DEMAND_KEYS: tuple[str, ...] = ("cpu", "memory_mb", "io_mbps")
+
+#: The QoS classes a user may submit; ``local`` is node-local work, generated per node.
+SUBMITTABLE_QOS: tuple[QosClass, ...] = (QosClass.STRICT, QosClass.LOOSE, QosClass.BEST_EFFORT)
+
+_YAML_SUFFIXES = (".yaml", ".yml")
+_JSON_SUFFIXES = (".json",)
+
+
+class SpecError(UserError):
+    """A job spec is invalid: names the file (or source), the field and the reason.
+
+    ``field`` is a path such as ``jobs[2].subtasks[0].work`` or ``line 4``; it is empty
+    for problems with the file as a whole (not found, empty), and the message is then
+    ``FILE: REASON``.
+    """
+
+    def __init__(self, file: str, field: str, reason: str) -> None:
+        self.file = file
+        self.field = field
+        self.reason = reason
+        message = f"{file}: {field}: {reason}" if field else f"{file}: {reason}"
+        super().__init__(message)
+
+
+# ---------------------------------------------------------------------------------------
+# Unit conversion (reference seconds at 1 GHz <-> Mcycles)
+
+
+def seconds_to_mcycles(seconds: float) -> float:
+    """Reference CPU-seconds at the 1 GHz standard -> Mcycles."""
+    return seconds * STANDARD_MHZ
+
+
+def mcycles_to_seconds(mcycles: float) -> float:
+    """Mcycles -> reference CPU-seconds, chosen so that the round trip is exact.
+
+    ``w / 1000 * 1000`` is not always ``w`` in binary floating point; when a neighbour of
+    the quotient converts back exactly, that neighbour is returned, so that
+    ``seconds_to_mcycles(mcycles_to_seconds(w)) == w`` for every ``w`` that came from a
+    number of seconds (all files, traces and generators).
+    """
+    s = mcycles / STANDARD_MHZ
+    if seconds_to_mcycles(s) == mcycles or not math.isfinite(s):
+        return s
+    lo = hi = s
+    for _ in range(4):
+        lo = math.nextafter(lo, -math.inf)
+        hi = math.nextafter(hi, math.inf)
+        for candidate in (lo, hi):
+            if seconds_to_mcycles(candidate) == mcycles:
+                return candidate
+    return s
+
+
+# ---------------------------------------------------------------------------------------
+# Field checks: each raises SpecError naming source, field path and reason
+
+
+def _join(prefix: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{prefix}[{key}]"
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def _suggest(key: object, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown key; did you mean '{close[0]}'?"
+    return "unknown key; known keys: " + ", ".join(known)
+
+
+def _check_keys(mapping: Mapping[Any, Any], known: tuple[str, ...], src: str, path: str) -> None:
+    for key in mapping:
+        if not isinstance(key, str):
+            raise SpecError(src, _join(path, str(key)), "keys must be strings")
+        if key not in known:
+            raise SpecError(src, _join(path, key), _suggest(key, known))
+
+
+def _number(value: object, src: str, path: str) -> float:
+    """A finite real number (bool and numeric strings are rejected)."""
+    if isinstance(value, bool):
+        raise SpecError(src, path, f"must be a number, got bool {value!r}")
+    if isinstance(value, str):
+        hint = ""
+        try:
+            float(value)
+            hint = " (write it as a bare number; note that YAML reads 1e3 as text, 1.0e3 not)"
+        except ValueError:
+            pass
+        raise SpecError(src, path, f"must be a number, got string {value!r}{hint}")
+    if not isinstance(value, (int, float)):
+        raise SpecError(src, path, f"must be a number, got {_type_name(value)}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise SpecError(src, path, f"must be a finite number, got {value!r}")
+    return v
+
+
+def _positive(value: object, src: str, path: str, unit: str = "") -> float:
+    v = _number(value, src, path)
+    if v <= 0:
+        raise SpecError(src, path, f"must be > 0{unit}, got {value!r}")
+    return v
+
+
+def _non_negative(value: object, src: str, path: str, unit: str = "") -> float:
+    v = _number(value, src, path)
+    if v < 0:
+        raise SpecError(src, path, f"must be >= 0{unit}, got {value!r}")
+    return v
+
+
+def _mapping(value: object, src: str, path: str, what: str) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError(src, path, f"must be a mapping ({what}), got {_type_name(value)}")
+    return value
+
+
+def _parse_demand(value: object, src: str, path: str) -> Demand:
+    m = _mapping(value, src, path, "cpu, memory_mb, io_mbps")
+    _check_keys(m, DEMAND_KEYS, src, path)
+    cpu = _positive(m.get("cpu", 1.0), src, _join(path, "cpu"), " cores")
+    memory = _non_negative(m.get("memory_mb", 0.0), src, _join(path, "memory_mb"), " MB")
+    io = _non_negative(m.get("io_mbps", 0.0), src, _join(path, "io_mbps"), " MB/s")
+    return Demand(cpu=cpu, memory_mb=memory, io_mbps=io)
+
+
+def _parse_command(value: object, src: str, path: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise SpecError(
+            src, path, "must be an argv list, never a shell string (e.g. [python3, -c, '...'])"
+        )
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SpecError(src, path, f"must be a non-empty argv list, got {value!r}")
+    for i, arg in enumerate(value):
+        if not isinstance(arg, str):
+            raise SpecError(
+                src, _join(path, i), f"argv items must be strings, got {_type_name(arg)} {arg!r}"
+            )
+    if not value[0]:
+        raise SpecError(src, _join(path, 0), "the program name must be a non-empty string")
+    return tuple(value)
+
+
+def _parse_subtask(value: object, src: str, path: str) -> SubtaskSpec:
+    m = _mapping(value, src, path, "a subtask: work, weight, demand, command")
+    _check_keys(m, SUBTASK_KEYS, src, path)
+    if "work" not in m:
+        raise SpecError(src, _join(path, "work"), "missing (reference CPU-seconds at 1 GHz)")
+    work = _positive(m["work"], src, _join(path, "work"), " s")
+    weight = _positive(m.get("weight", 1.0), src, _join(path, "weight"))
+    demand = None
+    if m.get("demand") is not None:
+        demand = _parse_demand(m["demand"], src, _join(path, "demand"))
+    command = None
+    if "command" in m:
+        command = _parse_command(m["command"], src, _join(path, "command"))
+    return SubtaskSpec(
+        work=seconds_to_mcycles(work), weight=weight, demand=demand, command=command
+    )
+
+
+def _parse_qos(value: object, src: str, path: str, allow_local: bool) -> QosClass:
+    allowed = tuple(q.value for q in SUBMITTABLE_QOS)
+    if isinstance(value, str) and value == QosClass.LOCAL.value:
+        if allow_local:
+            return QosClass.LOCAL
+        raise SpecError(
+            src, path, "'local' jobs are generated per node and never submitted; "
+            "use one of " + ", ".join(allowed)
+        )
+    if isinstance(value, str) and value in allowed:
+        return QosClass(value)
+    reason = f"must be one of {', '.join(allowed)}, got {value!r}"
+    close = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)
+    if close:
+        reason += f"; did you mean '{close[0]}'?"
+    raise SpecError(src, path, reason)
+
+
+def parse_job(
+    mapping: object,
+    source: str = "<input>",
+    index: int | None = None,
+    *,
+    allow_local: bool = False,
+) -> JobSpec:
+    """Validate one job mapping (from a file, the Python client or the live runtime).
+
+    ``source`` names where it came from (a file name) for the error message; ``index``
+    is its position in a list of jobs (field paths then start with ``jobs[index].``).
+    ``allow_local`` admits ``qos: local`` with a ``node`` (generators and traces only).
+    Work is converted from reference seconds to Mcycles. Raises :class:`SpecError`.
+    """
+    base = f"jobs[{index}]" if index is not None else ""
+    src = source
+    m = _mapping(mapping, src, base, "a job")
+    _check_keys(m, JOB_KEYS, src, base)
+
+    def f(key: str) -> str:
+        return _join(base, key)
+
+    name = m.get("name")
+    if "name" not in m:
+        raise SpecError(src, f("name"), "missing (a non-empty job name)")
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError(src, f("name"), f"must be a non-empty string, got {name!r}")
+    if "qos" not in m:
+        raise SpecError(src, f("qos"), "missing; one of strict, loose, best_effort")
+    qos = _parse_qos(m["qos"], src, f("qos"), allow_local)
+
+    windows: dict[str, float | None] = {"overall_deviation": None, "asynchrony": None}
+    for key in windows:
+        if qos is QosClass.STRICT:
+            if m.get(key) is None:
+                what = "E_t" if key == "overall_deviation" else "A_t"
+                raise SpecError(src, f(key), f"required for a strict job (the window {what}, s)")
+            windows[key] = _positive(m[key], src, f(key), " s")
+        elif key in m:
+            raise SpecError(
+                src, f(key), f"only strict jobs have QoS windows (this job is {qos.value}); "
+                "remove it or set qos: strict"
+            )
+    duration = None
+    if m.get("duration") is not None:
+        duration = _positive(m["duration"], src, f("duration"), " s")
+    arrival = 0.0
+    if m.get("arrival") is not None:
+        arrival = _non_negative(m["arrival"], src, f("arrival"), " s")
+
+    node = None
+    if qos is QosClass.LOCAL:
+        node = m.get("node")
+        if not isinstance(node, str) or not node:
+            raise SpecError(src, f("node"), f"a local job needs its node name, got {node!r}")
+    elif "node" in m:
+        raise SpecError(
+            src, f("node"), "only local jobs are pinned to a node; the global manager places "
+            "grid jobs"
+        )
+
+    split_keys = [k for k in ("work", "weight", "parallelism") if k in m]
+    subtasks: tuple[SubtaskSpec, ...] = ()
+    parallelism = total_work = total_weight = None
+    if "subtasks" in m:
+        if split_keys:
+            raise SpecError(
+                src, f(split_keys[0]),
+                "give either subtasks or work/weight/parallelism, not both",
+            )
+        raw = m["subtasks"]
+        if isinstance(raw, (str, bytes)) or not isinstance(raw, (list, tuple)):
+            raise SpecError(
+                src, f("subtasks"), f"must be a list of subtasks, got {_type_name(raw)}"
+            )
+        if not raw:
+            raise SpecError(src, f("subtasks"), "must hold at least one subtask")
+        subtasks = tuple(
+            _parse_subtask(s, src, _join(f("subtasks"), i)) for i, s in enumerate(raw)
+        )
+    elif split_keys:
+        if "parallelism" not in m:
+            raise SpecError(
+                src, f("parallelism"), "required with a total work (the number N of subtasks)"
+            )
+        par = m["parallelism"]
+        if isinstance(par, bool) or not isinstance(par, int):
+            raise SpecError(
+                src, f("parallelism"), f"must be an integer >= 1, got {_type_name(par)} {par!r}"
+            )
+        if par < 1:
+            raise SpecError(src, f("parallelism"), f"must be an integer >= 1, got {par!r}")
+        if "work" not in m:
+            raise SpecError(
+                src, f("work"), "required with parallelism (the job's total work, s at 1 GHz)"
+            )
+        parallelism = par
+        total_work = seconds_to_mcycles(_positive(m["work"], src, f("work"), " s"))
+        # A missing total weight means weight 1 per subtask.
+        total_weight = _positive(m.get("weight", float(par)), src, f("weight"))
+    else:
+        raise SpecError(
+            src, f("subtasks"), "missing: give subtasks, or work, weight and parallelism"
+        )
+    if qos is QosClass.LOCAL and (len(subtasks) != 1 or parallelism is not None):
+        raise SpecError(src, f("subtasks"), "a local job runs on one node: exactly one subtask")
+
+    return JobSpec(
+        name=name,
+        qos=qos,
+        subtasks=subtasks,
+        overall_deviation=windows["overall_deviation"],
+        asynchrony=windows["asynchrony"],
+        duration=duration,
+        parallelism=parallelism,
+        total_work=total_work,
+        total_weight=total_weight,
+        arrival=arrival,
+        node=node,
+    )
+
+
+def job_to_dict(job: JobSpec) -> dict[str, Any]:
+    """The inverse of :func:`parse_job`: a JSON-able mapping in the file's units.
+
+    ``parse_job(job_to_dict(j), allow_local=True) == j`` for every job without a
+    ``job_id`` (the id is the global manager's, never part of a spec). ``arrival`` is
+    written only when non-zero, ``node`` only for local jobs.
+    """
+    out: dict[str, Any] = {"name": job.name, "qos": job.qos.value}
+    if job.overall_deviation is not None:
+        out["overall_deviation"] = job.overall_deviation
+    if job.asynchrony is not None:
+        out["asynchrony"] = job.asynchrony
+    if job.duration is not None:
+        out["duration"] = job.duration
+    if job.arrival:
+        out["arrival"] = job.arrival
+    if job.node is not None:
+        out["node"] = job.node
+    if job.subtasks:
+        subs: list[dict[str, Any]] = []
+        for s in job.subtasks:
+            d: dict[str, Any] = {"work": mcycles_to_seconds(s.work), "weight": s.weight}
+            if s.demand is not None:
+                d["demand"] = {
+                    "cpu": s.demand.cpu,
+                    "memory_mb": s.demand.memory_mb,
+                    "io_mbps": s.demand.io_mbps,
+                }
+            if s.command is not None:
+                d["command"] = list(s.command)
+            subs.append(d)
+        out["subtasks"] = subs
+    else:
+        if job.total_work is not None:
+            out["work"] = mcycles_to_seconds(job.total_work)
+        if job.total_weight is not None:
+            out["weight"] = job.total_weight
+        if job.parallelism is not None:
+            out["parallelism"] = job.parallelism
+    return out
+
+
+def check_fits(
+    job: JobSpec, n_nodes: int, source: str = "<input>", index: int | None = None
+) -> None:
+    """Raise :class:`SpecError` when ``job`` has more subtasks than the grid has nodes.
+
+    A job's subtasks go to distinct nodes, so ``n_nodes`` bounds its subtask count. The
+    global manager calls this at submission; the field named is ``subtasks`` or
+    ``parallelism``, whichever the job used.
+    """
+    if job.n_subtasks > n_nodes:
+        key = "subtasks" if job.subtasks else "parallelism"
+        path = _join(f"jobs[{index}]" if index is not None else "", key)
+        raise SpecError(
+            source, path,
+            f"more subtasks than nodes: {job.n_subtasks} subtasks, {n_nodes} nodes "
+            "(a job's subtasks run on distinct nodes)",
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Files
+
+
+def _yaml_load(text: str, src: str) -> Any:
+    import yaml
+
+    class _UniqueKeyLoader(yaml.SafeLoader):
+        """SafeLoader that rejects a key given twice in one mapping (silently lost else)."""
+
+    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                mark = key_node.start_mark
+                raise SpecError(
+                    src, f"line {mark.line + 1}", f"key {key!r} given twice in one mapping"
+                )
+            seen.add(key)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+    _UniqueKeyLoader.add_constructor(
+        yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping
+    )
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise SpecError(src, where, f"not valid YAML: {problem}") from None
+
+
+def _json_load(text: str, src: str) -> Any:
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise SpecError(src, "", f"key {k!r} given twice in one object")
+            out[k] = v
+        return out
+
+    def no_constant(name: str) -> float:
+        raise SpecError(src, "", f"{name} is not a number JSON allows")
+
+    try:
+        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            src, f"line {exc.lineno}, column {exc.colno}", f"not valid JSON: {exc.msg}"
+        ) from None
+
+
+def parse_document(data: object, source: str) -> list[JobSpec]:
+    """Jobs from a parsed document: one job (a mapping) or a list of jobs."""
+    if data is None:
+        raise SpecError(source, "", "empty file: expected a job (a mapping) or a list of jobs")
+    if isinstance(data, Mapping):
+        return [parse_job(data, source, None)]
+    if isinstance(data, list):
+        if not data:
+            raise SpecError(source, "", "holds an empty list: expected at least one job")
+        return [parse_job(item, source, i) for i, item in enumerate(data)]
+    raise SpecError(
+        source, "", f"expected a job (a mapping) or a list of jobs, got {_type_name(data)}"
+    )
+
+
+def load_jobs(path: str | Path) -> list[JobSpec]:
+    """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) file of one job or a list.
+
+    Raises :class:`SpecError` (a :class:`coalloc.errors.UserError`) naming the file, the
+    field and the reason for every problem: missing file, unparsable text (with its line),
+    empty file, and every invalid field.
+    """
+    p = Path(path)
+    src = str(path)
+    suffix = p.suffix.lower()
+    if suffix not in _YAML_SUFFIXES + _JSON_SUFFIXES:
+        raise SpecError(
+            src, "", f"unknown file type {p.suffix or '(none)'!r}; use .yaml, .yml or .json"
+        )
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(src, "", "no such file") from None
+    except IsADirectoryError:
+        raise SpecError(src, "", "is a directory, not a job file") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(src, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise SpecError(src, "", f"cannot read: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise SpecError(src, "", "empty file: expected a job (a mapping) or a list of jobs")
+    data = _yaml_load(text, src) if suffix in _YAML_SUFFIXES else _json_load(text, src)
+    return parse_document(data, src)
