@@ -199,3 +199,11 @@ class Subtask:
     @property
     def finished(self) -> bool:
         return self.finish_time is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The nodes and jobs of one run; ``jobs`` in arrival order."""
+
+    nodes: tuple[Node, ...]
+    jobs: tuple[JobSpec, ...]

@@ -1,0 +1,270 @@
+"""The co-allocation controller's state machine: it ingests progress reports, runs the
+pure :func:`coallocator.controller.control` every control period and turns its reply into
+re-weight commands and phase-log records. No I/O and no clock reads: the driver passes
+``now`` and hands the records to a sink (simulator: memory or a file; live: a file).
+
+It tracks every grid QoS job with subtasks (strict and loose) for the phase-difference
+statistics, and controls only strict jobs, only when ``enabled``.
+
+Node slack (Mcycles/s) is the node's strict admission budget minus the weight (subtask
+plus virtual) its running strict subtasks hold; speed-ups beyond what a virtual subtask
+gives back come out of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from coallocator.controller import (
+    ControllerConfig,
+    ControlRequest,
+    JobState,
+    SubtaskState,
+    control,
+    phase_difference,
+)
+from coallocator.messages import ProgressReport, ReweightCommand
+from coallocator.phase_log import JobPhaseTracker, PeriodRecord, SummaryRecord, period_record
+from workloads.model import QosClass
+
+RecordSink = Callable[[PeriodRecord | SummaryRecord], None]
+
+
+@dataclass(slots=True)
+class _SubtaskTrack:
+    index: int
+    node: str
+    admitted_weight: float
+    weight: float
+    virtual_weight: float = 0.0
+    virtual_time: float = 0.0
+    done: bool = False
+
+
+@dataclass(slots=True)
+class _JobTrack:
+    job_id: str
+    qos: QosClass
+    overall_deviation: float
+    asynchrony: float
+    subtasks: list[_SubtaskTrack]
+    tracker: JobPhaseTracker
+    last_phase: float = 0.0
+    last_mean: float = 0.0
+    last_window: str = "none"
+    periods: int = field(default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class JobClockView:
+    """A job's clocks as ``status`` shows them: ``T_V`` per subtask and the current phase
+    difference, s."""
+
+    job_id: str
+    qos: str
+    virtual_times: tuple[float, ...]
+    phase_difference: float
+    mean_virtual: float
+    window: str
+    weights: tuple[float, ...]
+    virtual_weights: tuple[float, ...]
+    done: tuple[bool, ...]
+
+
+class ControllerCore:
+    """See the module docstring. ``log_every``: write a period record every that many
+    periods, and always when a window fired (1 = every period)."""
+
+    def __init__(
+        self,
+        config: ControllerConfig | None = None,
+        enabled: bool = True,
+        node_budgets: Mapping[str, float] | None = None,
+        sink: RecordSink | None = None,
+        log_every: int = 1,
+    ) -> None:
+        if log_every < 1:
+            raise ValueError("log_every: must be >= 1 period")
+        self.config = config or ControllerConfig()
+        self.enabled = enabled
+        self.node_budgets = dict(node_budgets or {})
+        self.sink = sink
+        self.log_every = log_every
+        self.jobs: dict[str, _JobTrack] = {}
+        self.period = 0
+        self._seq = 0
+        self.summaries: dict[str, SummaryRecord] = {}
+
+    # -------------------------------------------------------------- membership
+    def register_job(
+        self,
+        job_id: str,
+        qos: QosClass,
+        arrival: float,
+        subtasks: Iterable[tuple[int, str, float]],
+        overall_deviation: float | None = None,
+        asynchrony: float | None = None,
+    ) -> None:
+        """Track a job. ``subtasks``: (index, node, admitted weight in Mcycles/s)."""
+        subs = [_SubtaskTrack(i, node, w, w, virtual_time=arrival) for i, node, w in subtasks]
+        self.jobs[job_id] = _JobTrack(
+            job_id=job_id,
+            qos=qos,
+            overall_deviation=float(
+                overall_deviation if overall_deviation is not None else float("inf")
+            ),
+            asynchrony=float(asynchrony if asynchrony is not None else float("inf")),
+            subtasks=subs,
+            tracker=JobPhaseTracker(job_id, qos.value, len(subs), arrival),
+        )
+
+    def ingest(self, report: ProgressReport) -> bool:
+        """Apply one progress report; False if it is for an unknown job or subtask."""
+        job = self.jobs.get(report.job_id)
+        if job is None or not 0 <= report.subtask < len(job.subtasks):
+            return False
+        st = job.subtasks[report.subtask]
+        if st.done:
+            return True
+        st.virtual_time = report.virtual_time
+        if report.done:
+            st.done = True
+            job.tracker.finished(report.real_time)
+            if job.tracker.completed:
+                self._close(job)
+        return True
+
+    def cancel(self, job_id: str) -> None:
+        job = self.jobs.pop(job_id, None)
+        if job is not None:
+            self._emit(job.tracker.summary())
+            self.summaries[job_id] = job.tracker.summary()
+
+    def _close(self, job: _JobTrack) -> None:
+        summary = job.tracker.summary()
+        self.summaries[job.job_id] = summary
+        self._emit(summary)
+        del self.jobs[job.job_id]
+
+    def _emit(self, record: PeriodRecord | SummaryRecord) -> None:
+        if self.sink is not None:
+            self.sink(record)
+
+    # ------------------------------------------------------------------ control
+    def node_slack(self) -> dict[str, float]:
+        held: dict[str, float] = {}
+        for job in self.jobs.values():
+            if job.qos is not QosClass.STRICT:
+                continue
+            for s in job.subtasks:
+                if not s.done:
+                    held[s.node] = held.get(s.node, 0.0) + s.weight + s.virtual_weight
+        return {n: b - held.get(n, 0.0) for n, b in self.node_budgets.items()}
+
+    def control_period(
+        self, now: float, clock_offset: float | None = None, clock_quality: str | None = None
+    ) -> list[ReweightCommand]:
+        """Run one control period at real time ``now`` (s); return the re-weight commands."""
+        self.period += 1
+        k = self.period
+        controlled: list[_JobTrack] = []
+        states: list[JobState] = []
+        for job in self.jobs.values():
+            running = [s for s in job.subtasks if not s.done]
+            if len(running) < 2:
+                continue
+            if self.enabled and job.qos is QosClass.STRICT:
+                controlled.append(job)
+                states.append(
+                    JobState(
+                        job.job_id,
+                        job.overall_deviation,
+                        job.asynchrony,
+                        tuple(
+                            SubtaskState(
+                                s.index,
+                                s.node,
+                                s.virtual_time,
+                                s.admitted_weight,
+                                s.weight,
+                                s.virtual_weight,
+                            )
+                            for s in running
+                        ),
+                    )
+                )
+            else:
+                tvs = [s.virtual_time for s in running]
+                phi = phase_difference(tvs)
+                job.tracker.observe(phi)
+                job.last_phase, job.last_mean, job.last_window = phi, sum(tvs) / len(tvs), "none"
+                if job.qos is QosClass.STRICT and k % self.log_every == 0:
+                    self._log_uncontrolled(job, k, now, clock_offset, clock_quality)
+        commands: list[ReweightCommand] = []
+        if not states:
+            return commands
+        reply = control(ControlRequest(now, tuple(states), self.node_slack()), self.config)
+        for job, decision in zip(controlled, reply.decisions):
+            job.tracker.observe(decision.phase_difference)
+            job.last_phase, job.last_mean = decision.phase_difference, decision.mean_virtual
+            job.last_window = decision.window.value
+            for ch in decision.changes:
+                st = job.subtasks[ch.index]
+                st.weight, st.virtual_weight = ch.weight, ch.virtual_weight
+                self._seq += 1
+                commands.append(
+                    ReweightCommand(
+                        job.job_id, ch.index, ch.node, self._seq, ch.weight, ch.virtual_weight
+                    )
+                )
+            if decision.changes or k % self.log_every == 0:
+                weights = {
+                    s.index: (s.weight, s.virtual_weight) for s in job.subtasks if not s.done
+                }
+                self._emit(period_record(decision, k, now, weights, clock_offset, clock_quality))
+        return commands
+
+    def _log_uncontrolled(
+        self, job: _JobTrack, k: int, now: float, offset: float | None, quality: str | None
+    ) -> None:
+        running = [s for s in job.subtasks if not s.done]
+        self._emit(
+            PeriodRecord(
+                job=job.job_id,
+                period=k,
+                real_time=now,
+                mean_virtual=job.last_mean,
+                phase_difference=job.last_phase,
+                window="none",
+                weights={str(s.index): s.weight for s in running},
+                virtual_weights={str(s.index): s.virtual_weight for s in running},
+                clock_offset=offset,
+                clock_quality=quality,
+            )
+        )
+
+    # ------------------------------------------------------------------- status
+    def view(self, job_id: str) -> JobClockView | None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        return JobClockView(
+            job_id=job.job_id,
+            qos=job.qos.value,
+            virtual_times=tuple(s.virtual_time for s in job.subtasks),
+            phase_difference=job.last_phase,
+            mean_virtual=job.last_mean,
+            window=job.last_window,
+            weights=tuple(s.weight for s in job.subtasks),
+            virtual_weights=tuple(s.virtual_weight for s in job.subtasks),
+            done=tuple(s.done for s in job.subtasks),
+        )
+
+    def finish_all(self) -> None:
+        """Emit summaries for jobs still open (end of a run)."""
+        for job in list(self.jobs.values()):
+            summary = job.tracker.summary()
+            self.summaries[job.job_id] = summary
+            self._emit(summary)
+        self.jobs.clear()

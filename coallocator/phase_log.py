@@ -1,0 +1,260 @@
+"""The phase-difference log: JSON Lines, one record per job per control period and one
+summary record per job (DESIGN §3 "Phase difference").
+
+Period record (``"type": "period"``): ``job``, ``period`` (k), ``real_time`` (s),
+``mean_virtual`` (s), ``phase_difference`` (s), ``window`` (none | overall_behind |
+overall_ahead | asynchrony), ``factors`` (signed, Mcycles/s, by subtask index),
+``weights`` and ``virtual_weights`` (Mcycles/s, by subtask index), and, in the live
+runtime, ``clock_offset`` (s) and ``clock_quality``.
+
+Summary record (``"type": "summary"``): ``job``, ``qos``, ``subtasks``, ``periods``,
+``mean_phase_difference`` and ``max_phase_difference`` (s, over the periods with at least
+two running subtasks), ``completion_skew`` (s, last minus first subtask finish),
+``turnaround`` (s, last finish minus arrival), ``completed``.
+
+Writing is deterministic: keys sorted, floats as Python prints them, one record per line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from coallocator.controller import JobDecision
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodRecord:
+    job: str
+    period: int
+    real_time: float
+    mean_virtual: float
+    phase_difference: float
+    window: str
+    factors: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+    virtual_weights: dict[str, float] = field(default_factory=dict)
+    clock_offset: float | None = None
+    clock_quality: str | None = None
+    type: str = "period"
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRecord:
+    job: str
+    qos: str
+    subtasks: int
+    periods: int
+    mean_phase_difference: float
+    max_phase_difference: float
+    completion_skew: float | None
+    turnaround: float | None
+    completed: bool
+    type: str = "summary"
+
+
+class JobPhaseTracker:
+    """Accumulates one job's phase differences and finish times into a summary."""
+
+    __slots__ = (
+        "job_id",
+        "qos",
+        "n_subtasks",
+        "arrival",
+        "periods",
+        "phi_sum",
+        "phi_max",
+        "finishes",
+    )
+
+    def __init__(self, job_id: str, qos: str, n_subtasks: int, arrival: float) -> None:
+        self.job_id = job_id
+        self.qos = qos
+        self.n_subtasks = n_subtasks
+        self.arrival = arrival
+        self.periods = 0
+        self.phi_sum = 0.0
+        self.phi_max = 0.0
+        self.finishes: list[float] = []
+
+    def observe(self, phi: float) -> None:
+        """Record the phase difference (s) of one control period with >= 2 running subtasks."""
+        self.periods += 1
+        self.phi_sum += phi
+        if phi > self.phi_max:
+            self.phi_max = phi
+
+    def finished(self, t: float) -> None:
+        self.finishes.append(t)
+
+    @property
+    def completed(self) -> bool:
+        return len(self.finishes) >= self.n_subtasks
+
+    def summary(self) -> SummaryRecord:
+        done = self.completed
+        return SummaryRecord(
+            job=self.job_id,
+            qos=self.qos,
+            subtasks=self.n_subtasks,
+            periods=self.periods,
+            mean_phase_difference=self.phi_sum / self.periods if self.periods else 0.0,
+            max_phase_difference=self.phi_max,
+            completion_skew=(max(self.finishes) - min(self.finishes)) if done else None,
+            turnaround=(max(self.finishes) - self.arrival) if done else None,
+            completed=done,
+        )
+
+
+def period_record(
+    decision: JobDecision,
+    period: int,
+    real_time: float,
+    weights: dict[int, tuple[float, float]],
+    clock_offset: float | None = None,
+    clock_quality: str | None = None,
+) -> PeriodRecord:
+    """Build the log record of one job's control period. ``weights`` maps subtask index to
+    (weight, virtual weight) after the decision was applied (Mcycles/s)."""
+    return PeriodRecord(
+        job=decision.job_id,
+        period=period,
+        real_time=real_time,
+        mean_virtual=decision.mean_virtual,
+        phase_difference=decision.phase_difference,
+        window=decision.window.value,
+        factors={str(c.index): c.factor for c in decision.changes},
+        weights={str(i): w for i, (w, _) in sorted(weights.items())},
+        virtual_weights={str(i): v for i, (_, v) in sorted(weights.items())},
+        clock_offset=clock_offset,
+        clock_quality=clock_quality,
+    )
+
+
+def to_json_line(record: PeriodRecord | SummaryRecord) -> str:
+    """One record as a deterministic JSON line (no trailing newline)."""
+    d = {k: v for k, v in asdict(record).items() if v is not None or k in _KEEP_NONE}
+    return json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+_KEEP_NONE = frozenset({"completion_skew", "turnaround"})
+
+
+class PhaseLogWriter:
+    """Appends records to a JSON Lines file (or any text stream)."""
+
+    def __init__(self, target: str | Path | IO[str]) -> None:
+        if isinstance(target, (str, Path)):
+            path = Path(target)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._stream: IO[str] = path.open("a", encoding="utf-8")
+            self._owned = True
+        else:
+            self._stream = target
+            self._owned = False
+
+    def write(self, record: PeriodRecord | SummaryRecord) -> None:
+        self._stream.write(to_json_line(record) + "\n")
+
+    def write_all(self, records: Iterable[PeriodRecord | SummaryRecord]) -> None:
+        for r in records:
+            self.write(r)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._owned:
+            self._stream.close()
+
+    def __enter__(self) -> PhaseLogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LogFormatError(ValueError):
+    """A phase log line that is not a valid record; names the file and line."""
+
+
+def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Yield the records of a phase log (dicts). A bad line raises :class:`LogFormatError`
+    naming the file, the line number and the reason."""
+    p = Path(path)
+    with p.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise LogFormatError(f"{p}: line {lineno}: not JSON ({exc.msg})") from None
+            if not isinstance(rec, dict) or rec.get("type") not in ("period", "summary"):
+                raise LogFormatError(f"{p}: line {lineno}: type: must be 'period' or 'summary'")
+            if "job" not in rec:
+                raise LogFormatError(f"{p}: line {lineno}: job: missing")
+            yield rec
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """Averages over the completed strict jobs of one log (the paper's statistic)."""
+
+    jobs: int
+    completed: int
+    mean_phase_difference: float
+    max_phase_difference: float
+    mean_completion_skew: float
+    mean_turnaround: float
+
+
+def summarize(records: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], RunSummary]:
+    """Per-job summaries and the run summary of a log's records.
+
+    Jobs with a summary record use it; jobs that only have period records (a live log
+    still being written) get one computed from their periods (not completed).
+    """
+    summaries: dict[str, dict[str, Any]] = {}
+    periods: dict[str, list[float]] = {}
+    for rec in records:
+        if rec["type"] == "summary":
+            summaries[rec["job"]] = rec
+        else:
+            periods.setdefault(rec["job"], []).append(float(rec["phase_difference"]))
+    for job, phis in periods.items():
+        if job not in summaries:
+            summaries[job] = {
+                "job": job,
+                "qos": "strict",
+                "subtasks": None,
+                "periods": len(phis),
+                "mean_phase_difference": sum(phis) / len(phis),
+                "max_phase_difference": max(phis),
+                "completion_skew": None,
+                "turnaround": None,
+                "completed": False,
+            }
+    rows = [summaries[j] for j in sorted(summaries)]
+    done = [r for r in rows if r["completed"] and r["qos"] == "strict"]
+
+    def mean(key: str) -> float:
+        vals = [float(r[key]) for r in done if r.get(key) is not None]
+        return sum(vals) / len(vals) if vals else math.nan
+
+    run = RunSummary(
+        jobs=len(rows),
+        completed=len(done),
+        mean_phase_difference=mean("mean_phase_difference"),
+        max_phase_difference=max(
+            (float(r["max_phase_difference"]) for r in done), default=math.nan
+        ),
+        mean_completion_skew=mean("completion_skew"),
+        mean_turnaround=mean("turnaround"),
+    )
+    return rows, run

@@ -1,0 +1,238 @@
+"""The global grid resource manager's core (GGRMS): job table, expected rates,
+admission and all-or-nothing placement. No I/O, no clock reads: ``now`` is passed in.
+
+Expected rate (DESIGN §3): subtask ``i`` of job ``t`` gets ``x_i = r_i * u_t`` Mcycles/s,
+where ``u_t`` is the grid's ``rate_per_weight`` (Mcycles/s per weight unit) or, for a job
+with a target duration ``D_t``, ``max_i(w_i / r_i) / D_t``.
+
+Jobs given as ``parallelism: N`` with total work ``W`` and total weight ``R`` are split on
+the ``N`` nodes the placement policy ranks first: node ``j`` gets weight
+``r_j = R * f_j / sum f`` where ``f_j`` is its free strict budget (strict jobs) or its CPU
+rate (others), and work ``w_j = W * r_j / R``. Then ``w_j / r_j = W / R`` for every
+subtask, so at their expected rates they all finish together.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from global_manager.admission import (
+    AdmissionPolicy,
+    NodeLoad,
+    PlacementPolicy,
+    PlacementReply,
+    PlacementRequest,
+    place,
+    placement_policies,
+)
+from global_manager.policies import Policy
+from workloads.model import Demand, JobSpec, Node, QosClass, Subtask
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalConfig:
+    """``rate_per_weight``: Mcycles/s per unit of relative weight (``u_t`` default);
+    ``qos_share``: the QoS queue's CPU fraction, which admission budgets are built on."""
+
+    rate_per_weight: float = 25.0
+    qos_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.rate_per_weight) or self.rate_per_weight <= 0:
+            raise ValueError("rate_per_weight: must be a finite number > 0 (Mcycles/s per weight)")
+        if not 0 < self.qos_share <= 1:
+            raise ValueError("qos_share: must be within (0, 1]")
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The global manager's answer to a submission."""
+
+    job_id: str
+    admitted: bool
+    reason: str
+    subtasks: tuple[Subtask, ...] = ()
+
+
+@dataclass(slots=True)
+class JobRecord:
+    spec: JobSpec
+    job_id: str
+    arrival: float
+    subtasks: tuple[Subtask, ...]
+    running: set[int]
+    cancelled: bool = False
+
+
+class GlobalManagerCore:
+    """Admission, placement and the job table. Deterministic given its RNG."""
+
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        policy: Policy,
+        config: GlobalConfig | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.nodes: dict[str, Node] = {}
+        for n in nodes:
+            if n.name in self.nodes:
+                raise ValueError(f"nodes: duplicate node name {n.name!r}")
+            self.nodes[n.name] = n
+        if not self.nodes:
+            raise ValueError("nodes: at least one node is needed")
+        self.policy = policy
+        self.config = config or GlobalConfig()
+        self.rng = rng or random.Random(0)
+        self.admission: AdmissionPolicy = policy.admission_policy()
+        self.placement: PlacementPolicy = placement_policies.create(policy.placement)
+        self.committed: dict[str, float] = {n: 0.0 for n in self.nodes}
+        self.load: dict[str, float] = {n: 0.0 for n in self.nodes}
+        self.jobs: dict[str, JobRecord] = {}
+        self._next_id = 0
+
+    # ------------------------------------------------------------------ queries
+    def budget(self, node: str) -> float:
+        """Strict expected rate ``node`` may carry under the policy's admission, Mcycles/s."""
+        n = self.nodes[node]
+        return self.admission.budget(n.cpu_rate, self.config.qos_share)
+
+    def node_budgets(self) -> dict[str, float]:
+        return {n: self.budget(n) for n in self.nodes}
+
+    def _loads(self) -> tuple[NodeLoad, ...]:
+        return tuple(
+            NodeLoad(
+                n.name, n.cpu_rate, self.committed[n.name], self.budget(n.name), self.load[n.name]
+            )
+            for n in self.nodes.values()
+        )
+
+    # --------------------------------------------------------------- submission
+    def new_job_id(self) -> str:
+        self._next_id += 1
+        return f"j{self._next_id:05d}"
+
+    def submit(self, spec: JobSpec, now: float) -> Admission:
+        """Admit and place ``spec`` at time ``now`` (s), all or nothing."""
+        job_id = spec.job_id or self.new_job_id()
+        if job_id in self.jobs:
+            return Admission(job_id, False, f"job id {job_id!r} is already in use")
+        n = spec.n_subtasks
+        if n <= 0:
+            return Admission(job_id, False, "job has no subtasks")
+        if spec.qos is QosClass.LOCAL:
+            if spec.node not in self.nodes or n != 1:
+                return Admission(
+                    job_id,
+                    False,
+                    f"local job needs one subtask on a known node, got node {spec.node!r}",
+                )
+            works = [spec.subtasks[0].work]
+            weights = [spec.subtasks[0].weight]
+            rates = self._rates(spec, works, weights)
+            reply = PlacementReply((spec.node,))
+        elif n > len(self.nodes):
+            return Admission(job_id, False, f"{n} subtasks but only {len(self.nodes)} nodes")
+        else:
+            checked = spec.qos is QosClass.STRICT
+            if spec.subtasks:
+                works = [s.work for s in spec.subtasks]
+                weights = [s.weight for s in spec.subtasks]
+                rates = self._rates(spec, works, weights)
+                reply = place(
+                    PlacementRequest(job_id, tuple(rates), checked, self._loads()),
+                    self.placement,
+                    self.rng,
+                )
+            else:
+                works, weights, rates, reply = self._split(job_id, spec, checked)
+        if not reply.admitted or reply.nodes is None:
+            return Admission(job_id, False, reply.reason)
+
+        subtasks = []
+        for i, node in enumerate(reply.nodes):
+            src = spec.subtasks[i] if spec.subtasks else None
+            subtasks.append(
+                Subtask(
+                    job_id=job_id,
+                    index=i,
+                    node=node,
+                    qos=spec.qos,
+                    work=works[i],
+                    relative_weight=weights[i],
+                    expected_rate=rates[i],
+                    weight=rates[i],
+                    demand=(src.demand if src and src.demand else Demand()),
+                    command=src.command if src else None,
+                    start_time=now,
+                )
+            )
+        for s in subtasks:
+            if spec.qos is QosClass.STRICT:
+                self.committed[s.node] += s.expected_rate
+            self.load[s.node] += s.expected_rate
+        self.jobs[job_id] = JobRecord(
+            spec, job_id, now, tuple(subtasks), {s.index for s in subtasks}
+        )
+        return Admission(job_id, True, "", tuple(subtasks))
+
+    def _rates(self, spec: JobSpec, works: list[float], weights: list[float]) -> list[float]:
+        if spec.duration:
+            u = max(w / r for w, r in zip(works, weights)) / spec.duration
+        else:
+            u = self.config.rate_per_weight
+        return [r * u for r in weights]
+
+    def _split(
+        self, job_id: str, spec: JobSpec, checked: bool
+    ) -> tuple[list[float], list[float], list[float], PlacementReply]:
+        n = int(spec.parallelism or 0)
+        total_work = float(spec.total_work or 0.0)
+        total_weight = float(spec.total_weight or 0.0)
+        ranked = self.placement.rank(self._loads(), checked, self.rng)[:n]
+        basis = [max(nl.free, 0.0) if checked else nl.cpu_rate for nl in ranked]
+        if sum(basis) <= 0:
+            basis = [nl.cpu_rate for nl in ranked]
+        weights = [total_weight * f / sum(basis) for f in basis]
+        works = [total_work * r / total_weight for r in weights]
+        rates = self._rates(spec, works, weights)
+        if checked:
+            for i, (nl, x) in enumerate(zip(ranked, rates)):
+                if x > nl.free + 1e-9:
+                    reason = f"no free node can take subtask {i} (expected rate {x:.6g} Mcycles/s)"
+                    return works, weights, rates, PlacementReply(None, reason)
+        return works, weights, rates, PlacementReply(tuple(nl.name for nl in ranked))
+
+    # ---------------------------------------------------------------- lifecycle
+    def subtask_finished(self, job_id: str, index: int) -> bool:
+        """Release what a finished subtask held; True when the whole job is done."""
+        job = self.jobs.get(job_id)
+        if job is None or index not in job.running:
+            return False
+        job.running.discard(index)
+        self._release(job.subtasks[index], job.spec.qos)
+        return not job.running
+
+    def cancel(self, job_id: str) -> list[Subtask]:
+        """Cancel a job; returns the subtasks that were still running."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise KeyError(job_id)
+        running = [job.subtasks[i] for i in sorted(job.running)]
+        for s in running:
+            self._release(s, job.spec.qos)
+        job.running.clear()
+        job.cancelled = True
+        return running
+
+    def _release(self, s: Subtask, qos: QosClass) -> None:
+        if qos is QosClass.STRICT:
+            self.committed[s.node] = max(0.0, self.committed[s.node] - s.expected_rate)
+        self.load[s.node] = max(0.0, self.load[s.node] - s.expected_rate)
+
+    def committed_view(self) -> Mapping[str, float]:
+        return dict(self.committed)

@@ -1,0 +1,406 @@
+"""The per-node local scheduler core (LRMS), DESIGN §3 "Local scheduler".
+
+No I/O and no wall clock: the driver (simulator or live actor) calls :meth:`LocalScheduler.step`
+once per scheduling cycle with the real time at the end of the cycle.
+
+Each cycle of length ``q`` seconds the node offers ``speed_mhz * cores * q`` Mcycles:
+
+1. The three queues (grid-local, grid QoS, best effort) get CPU by their weights
+   (0.3 / 0.5 / 0.2 by default). In work-conserving mode a queue that cannot use its
+   share passes it to the others in proportion to their weights (weighted max-min over
+   queues, capped by each queue's demand); otherwise an unused share stays idle.
+2. Inside a queue the share is split among entries by weighted max-min on CPU when every
+   entry is CPU-only, or by the divisible weighted DRF when some entry has a demand
+   vector (memory, IO); each entry is capped by its demand. A queue's share of memory
+   and IO is the same fraction of the node as its CPU share.
+3. Virtual subtasks sit in the QoS queue with their own weight. In ``idle`` mode (the
+   paper) the CPU they win stays idle, so slowing one subtask does not speed up its
+   neighbours. In ``work_conserving`` mode it is lent to the best-effort queue for this
+   cycle only, so it is "taken back at once" the next cycle.
+4. Every placed subtask's virtual clock advances by eqs. (4)-(5); a progress report is
+   emitted for every grid QoS subtask.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from clocks.virtual import VirtualClock
+from coallocator.messages import ProgressReport
+from fairness.drf import drf
+from fairness.single import max_min_fair
+from workloads.model import Node, QosClass, QueueName, Subtask, queue_of
+
+DEFAULT_QUEUE_WEIGHTS: Mapping[QueueName, float] = {
+    QueueName.LOCAL: 0.3,
+    QueueName.QOS: 0.5,
+    QueueName.BEST_EFFORT: 0.2,
+}
+
+#: Work below this many Mcycles counts as done (absorbs float rounding).
+WORK_EPSILON = 1e-6
+
+
+class VirtualSubtaskMode(str, Enum):
+    """What happens to the CPU share a virtual subtask wins (DESIGN §3, step 5)."""
+
+    IDLE = "idle"
+    WORK_CONSERVING = "work_conserving"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSchedulerConfig:
+    """Configuration of one local scheduler.
+
+    ``queue_weights`` are CPU fractions per queue (they need not sum to 1; they are
+    normalised). ``work_conserving`` redistributes an unused queue share to the other
+    queues. ``virtual_mode`` decides what a virtual subtask's share is used for.
+    """
+
+    queue_weights: Mapping[QueueName, float] = field(
+        default_factory=lambda: dict(DEFAULT_QUEUE_WEIGHTS)
+    )
+    work_conserving: bool = True
+    virtual_mode: VirtualSubtaskMode = VirtualSubtaskMode.IDLE
+
+    def __post_init__(self) -> None:
+        for q in QueueName:
+            w = self.queue_weights.get(q)
+            if w is None or not math.isfinite(w) or w < 0:
+                raise ValueError(f"queue_weights[{q.value}]: must be a finite number >= 0")
+        if sum(self.queue_weights.values()) <= 0:
+            raise ValueError("queue_weights: at least one queue weight must be > 0")
+
+    def share(self, queue: QueueName) -> float:
+        """The normalised CPU fraction of ``queue`` (0..1)."""
+        return self.queue_weights[queue] / sum(self.queue_weights.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What one entry got in one cycle. Work in Mcycles."""
+
+    job_id: str
+    subtask: int
+    queue: QueueName
+    expected_work: float
+    granted_work: float
+    virtual_time: float
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """The outcome of one local scheduling cycle on one node.
+
+    ``queue_cpu`` is the CPU (Mcycles) each queue received, ``virtual_idle`` what the
+    virtual subtasks held idle, ``lent_to_best_effort`` what they lent (work-conserving
+    mode), ``used`` the CPU really consumed by subtasks and ``capacity`` what the node
+    offered, all in Mcycles for this cycle.
+    """
+
+    node: str
+    real_time: float
+    grants: tuple[Grant, ...]
+    reports: tuple[ProgressReport, ...]
+    finished: tuple[tuple[str, int], ...]
+    queue_cpu: Mapping[QueueName, float]
+    virtual_idle: float
+    lent_to_best_effort: float
+    used: float
+    capacity: float
+
+
+class _Entry:
+    """A placed subtask with its virtual clock (mutable, owned by the scheduler)."""
+
+    __slots__ = ("subtask", "clock", "queue")
+
+    def __init__(self, subtask: Subtask, start: float) -> None:
+        self.subtask = subtask
+        self.clock = VirtualClock(start)
+        self.queue = queue_of(subtask.qos)
+
+
+class LocalScheduler:
+    """The scheduling core of one node. See the module docstring for the cycle rules.
+
+    ``incarnation`` tags the progress reports of this scheduler's life (a restarted
+    local manager uses a new one), ``seq`` numbers them.
+    """
+
+    def __init__(
+        self, node: Node, config: LocalSchedulerConfig | None = None, incarnation: int = 0
+    ) -> None:
+        self.node = node
+        self.config = config or LocalSchedulerConfig()
+        self.incarnation = incarnation
+        self._entries: dict[tuple[str, int], _Entry] = {}
+        self._seq = 0
+
+    # ----------------------------------------------------------------- membership
+    def add(self, subtask: Subtask, now: float) -> None:
+        """Place ``subtask`` on this node at real time ``now`` (s); its clocks start there."""
+        if subtask.node != self.node.name:
+            raise ValueError(
+                f"subtask {subtask.key} is for node {subtask.node!r}, not {self.node.name!r}"
+            )
+        if subtask.key in self._entries:
+            raise ValueError(f"subtask {subtask.key} is already on node {self.node.name!r}")
+        subtask.start_time = now
+        self._entries[subtask.key] = _Entry(subtask, now)
+
+    def remove(self, key: tuple[str, int]) -> Subtask | None:
+        """Take a subtask (and its virtual subtask) off the node; ``None`` if absent."""
+        entry = self._entries.pop(key, None)
+        return entry.subtask if entry else None
+
+    def remove_job(self, job_id: str) -> list[Subtask]:
+        """Take every subtask of ``job_id`` off the node (cancel)."""
+        keys = [k for k in self._entries if k[0] == job_id]
+        return [self._entries.pop(k).subtask for k in keys]
+
+    def set_weights(self, key: tuple[str, int], weight: float, virtual_weight: float) -> bool:
+        """Apply a controller decision (Mcycles/s, both >= 0). False if the subtask is gone."""
+        if (
+            not (math.isfinite(weight) and math.isfinite(virtual_weight))
+            or weight < 0
+            or virtual_weight < 0
+        ):
+            raise ValueError(
+                f"weights for {key}: must be finite and >= 0, got {weight!r}, {virtual_weight!r}"
+            )
+        entry = self._entries.get(key)
+        if entry is None:
+            return False
+        entry.subtask.weight = weight
+        entry.subtask.virtual_weight = virtual_weight
+        return True
+
+    def subtasks(self) -> list[Subtask]:
+        """The subtasks on the node, in placement order."""
+        return [e.subtask for e in self._entries.values()]
+
+    def get(self, key: tuple[str, int]) -> Subtask | None:
+        entry = self._entries.get(key)
+        return entry.subtask if entry else None
+
+    def virtual_time(self, key: tuple[str, int]) -> float:
+        """``T_V`` of a subtask on this node, s."""
+        return self._entries[key].clock.virtual_time
+
+    def qos_weight_total(self, strict_only: bool = True) -> float:
+        """Sum of QoS-queue weights (subtask plus virtual), Mcycles/s."""
+        total = 0.0
+        for e in self._entries.values():
+            s = e.subtask
+            if e.queue is QueueName.QOS and (not strict_only or s.qos is QosClass.STRICT):
+                total += s.weight + s.virtual_weight
+        return total
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # ---------------------------------------------------------------------- cycle
+    def step(self, real_time: float, cycle: float) -> CycleResult:
+        """Run one scheduling cycle of ``cycle`` seconds ending at ``real_time`` (s).
+
+        Grants CPU, advances done work and virtual clocks, marks finished subtasks
+        (their ``finish_time`` is ``real_time``; they stay on the node until removed)
+        and returns what happened.
+        """
+        if not math.isfinite(cycle) or cycle <= 0:
+            raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
+        node = self.node
+        capacity = node.cpu_rate * cycle
+        entries = [e for e in self._entries.values() if not e.subtask.finished]
+        by_queue: dict[QueueName, list[_Entry]] = {q: [] for q in QueueName}
+        for e in entries:
+            by_queue[e.queue].append(e)
+
+        # CPU each entry could use this cycle (Mcycles): its cores at full speed, capped
+        # by the work it has left.
+        cap: dict[tuple[str, int], float] = {}
+        for e in entries:
+            s = e.subtask
+            cpu_cores = s.demand.cpu if s.demand is not None else 1.0
+            cap[s.key] = min(s.remaining, min(cpu_cores, node.cores) * node.speed_mhz * cycle)
+        full_cpu = (
+            node.speed_mhz * min(1.0, node.cores) * cycle
+        )  # what one virtual subtask can hold
+
+        virtuals = [e for e in by_queue[QueueName.QOS] if e.subtask.virtual_weight > 0]
+        queue_demand: dict[QueueName, float] = {}
+        for q in QueueName:
+            d = sum(cap[e.subtask.key] for e in by_queue[q])
+            if q is QueueName.QOS and virtuals:
+                d += full_cpu * len(virtuals)
+            queue_demand[q] = min(d, capacity)
+
+        queue_cpu = self._split_queues(capacity, queue_demand)
+
+        granted: dict[tuple[str, int], float] = {}
+        virtual_idle = 0.0
+        for q in QueueName:
+            members = by_queue[q]
+            if not members or queue_cpu[q] <= 0:
+                continue
+            shares, idle = self._share_queue(members, queue_cpu[q], cap, q, full_cpu, capacity)
+            granted.update(shares)
+            virtual_idle += idle
+
+        lent = 0.0
+        if self.config.virtual_mode is VirtualSubtaskMode.WORK_CONSERVING and virtual_idle > 0:
+            lent = self._lend_to_best_effort(
+                by_queue[QueueName.BEST_EFFORT], virtual_idle, cap, granted
+            )
+            virtual_idle -= lent
+
+        return self._account(
+            real_time, cycle, entries, granted, queue_cpu, virtual_idle, lent, capacity
+        )
+
+    def _split_queues(
+        self, capacity: float, demand: Mapping[QueueName, float]
+    ) -> dict[QueueName, float]:
+        queues = list(QueueName)
+        if self.config.work_conserving:
+            weights = [max(self.config.share(q), 1e-12) for q in queues]
+            alloc = max_min_fair(capacity, [demand[q] for q in queues], weights)
+            return {q: float(a) for q, a in zip(queues, alloc)}
+        return {q: min(demand[q], self.config.share(q) * capacity) for q in queues}
+
+    def _share_queue(
+        self,
+        members: list[_Entry],
+        queue_cpu: float,
+        cap: Mapping[tuple[str, int], float],
+        queue: QueueName,
+        full_cpu: float,
+        capacity: float,
+    ) -> tuple[dict[tuple[str, int], float], float]:
+        """Split ``queue_cpu`` Mcycles among a queue's entries (and its virtual subtasks).
+
+        Returns the grant per real entry and the CPU the virtual subtasks held.
+        """
+        weights: list[float] = []
+        demands: list[float] = []
+        vectors: list[tuple[float, float, float]] = []
+        multi = False
+        for e in members:
+            s = e.subtask
+            weights.append(max(s.weight, 1e-9))
+            demands.append(cap[s.key])
+            if s.demand is not None and not s.demand.is_cpu_only:
+                multi = True
+            d = s.demand
+            # Memory and IO are used in proportion to the fraction of full speed granted.
+            frac = cap[s.key] / full_cpu if full_cpu > 0 else 0.0
+            vectors.append(
+                (cap[s.key], (d.memory_mb if d else 0.0) * frac, (d.io_mbps if d else 0.0) * frac)
+            )
+        n_real = len(members)
+        if queue is QueueName.QOS:
+            for e in members:
+                vw = e.subtask.virtual_weight
+                if vw > 0:
+                    weights.append(vw)
+                    demands.append(full_cpu)
+                    vectors.append((full_cpu, 0.0, 0.0))
+        if multi:
+            fraction = queue_cpu / capacity if capacity > 0 else 0.0
+            pool = (queue_cpu, self.node.memory_mb * fraction, self.node.io_mbps * fraction)
+            demand_rows = [list(v) for v in vectors]
+            result = drf(
+                list(pool),
+                demand_rows,
+                weights=weights,
+                max_tasks=[1.0] * len(demand_rows),
+                divisible=True,
+            )
+            alloc = [t * v[0] for t, v in zip(result.tasks, vectors)]
+        else:
+            alloc = max_min_fair(queue_cpu, demands, weights)
+        shares = {members[i].subtask.key: float(alloc[i]) for i in range(n_real)}
+        return shares, float(sum(alloc[n_real:]))
+
+    @staticmethod
+    def _lend_to_best_effort(
+        members: list[_Entry],
+        spare: float,
+        cap: Mapping[tuple[str, int], float],
+        granted: dict[tuple[str, int], float],
+    ) -> float:
+        """Give up to ``spare`` Mcycles of virtual-subtask share to unmet best-effort demand."""
+        if not members:
+            return 0.0
+        unmet = [max(0.0, cap[e.subtask.key] - granted.get(e.subtask.key, 0.0)) for e in members]
+        if sum(unmet) <= 0:
+            return 0.0
+        extra = max_min_fair(
+            min(spare, sum(unmet)), unmet, [max(e.subtask.weight, 1e-9) for e in members]
+        )
+        for e, x in zip(members, extra):
+            granted[e.subtask.key] = granted.get(e.subtask.key, 0.0) + float(x)
+        return float(sum(extra))
+
+    def _account(
+        self,
+        real_time: float,
+        cycle: float,
+        entries: Iterable[_Entry],
+        granted: Mapping[tuple[str, int], float],
+        queue_cpu: Mapping[QueueName, float],
+        virtual_idle: float,
+        lent: float,
+        capacity: float,
+    ) -> CycleResult:
+        grants: list[Grant] = []
+        reports: list[ProgressReport] = []
+        finished: list[tuple[str, int]] = []
+        used = 0.0
+        for e in entries:
+            s = e.subtask
+            g = granted.get(s.key, 0.0)
+            # Expected work this cycle (x in eq. 4): the admitted rate, but never more
+            # than the work left, so a subtask finishing mid-cycle is not "late".
+            x = min(s.expected_rate * cycle, s.remaining)
+            s.done_work += g
+            used += g
+            tv = e.clock.advance(real_time, x, g) if x > 0 else e.clock.advance(real_time, 0.0, 0.0)
+            done = s.remaining <= WORK_EPSILON
+            if done:
+                s.done_work = s.work
+                s.finish_time = real_time
+                finished.append(s.key)
+            grants.append(Grant(s.job_id, s.index, e.queue, x, g, tv))
+            if e.queue is QueueName.QOS:
+                self._seq += 1
+                reports.append(
+                    ProgressReport(
+                        job_id=s.job_id,
+                        subtask=s.index,
+                        node=self.node.name,
+                        incarnation=self.incarnation,
+                        seq=self._seq,
+                        real_time=real_time,
+                        virtual_time=tv,
+                        expected_work=x,
+                        granted_work=g,
+                        done=done,
+                    )
+                )
+        return CycleResult(
+            node=self.node.name,
+            real_time=real_time,
+            grants=tuple(grants),
+            reports=tuple(reports),
+            finished=tuple(finished),
+            queue_cpu=dict(queue_cpu),
+            virtual_idle=virtual_idle,
+            lent_to_best_effort=lent,
+            used=used,
+            capacity=capacity,
+        )
