@@ -15,6 +15,7 @@ from fairness.dmfa import (
     PoolAllocation,
     allocation_metrics,
     dmfa_srq,
+    static_weighted_drf,
 )
 
 REL = 1e-9  # floating-point slack for the inequalities the seed proves
@@ -217,6 +218,48 @@ def test_run_is_a_sequence() -> None:
         run[3]
     with pytest.raises(ValueError, match=r"^k: "):
         run.after(0)
+
+
+# -- the static comparator -----------------------------------------------------------------
+
+
+def test_static_weighted_drf_by_hand() -> None:
+    # Disjoint resources, w = 0.3, 0.5, W = 0.8: weighted levels rise together until memory
+    # saturates at x_2 = 0.8 (level 1.6); user 1 then carries on alone until CPU saturates.
+    static = static_weighted_drf([[1.0, 0.0], [0.0, 1.0]], [0.3, 0.5])
+    assert static.dominant_shares == pytest.approx((0.8, 0.8))
+    assert static.level == pytest.approx(1.6)
+    assert static.available == pytest.approx(0.8)
+    # Same dominant resource, equal shares: CPU is split evenly, 0.5 each.
+    static = static_weighted_drf([[0.1, 0.05], [0.2, 0.1]], [0.5, 0.5])
+    assert static.dominant_shares == pytest.approx((0.5, 0.5))
+    assert static.tasks == pytest.approx((5.0, 2.5))
+    assert static.usage == pytest.approx((1.0, 0.5))
+
+
+@settings(max_examples=100, deadline=None)
+@given(arrivals())
+def test_static_weighted_drf_is_at_least_as_fair_at_the_end(
+    instance: tuple[list[list[float]], list[float]],
+) -> None:
+    """DMFA-SRQ's final allocation is feasible for the static problem, and static weighted
+    DRF maximises ``min_i x_i / w_i`` over those, so its level is at least ``M_n``."""
+    demands, shares = instance
+    static = static_weighted_drf(demands, shares)
+    final = dmfa_srq(demands, shares).final
+    available = math.fsum(shares)
+    assert max(static.usage) <= available * (1 + REL)
+    assert max(static.usage) >= available * (1 - REL)
+    assert static.level >= final.level * (1 - REL)
+    assert static.level == pytest.approx(
+        allocation_metrics(static, shares).min_normalised_share)
+
+
+def test_static_weighted_drf_bad_input() -> None:
+    with pytest.raises(ValueError, match=r"^shares: sum to"):
+        static_weighted_drf([[0.1, 0.2], [0.2, 0.1]], [0.6, 0.6])
+    with pytest.raises(ValueError, match=r"^demands\[1\]\[0\]: must be >= 0"):
+        static_weighted_drf([[0.1, 0.2], [-0.2, 0.1]], [0.4, 0.4])
 
 
 # -- bad input -----------------------------------------------------------------------------
