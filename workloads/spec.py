@@ -125,7 +125,7 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
-def _suggest(key: object, known: tuple[str, ...]) -> str:
+def did_you_mean(key: object, known: tuple[str, ...]) -> str:
     close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
     if close:
         return f"unknown key; did you mean '{close[0]}'?"
@@ -137,7 +137,7 @@ def _check_keys(mapping: Mapping[Any, Any], known: tuple[str, ...], src: str, pa
         if not isinstance(key, str):
             raise SpecError(src, _join(path, str(key)), "keys must be strings")
         if key not in known:
-            raise SpecError(src, _join(path, key), _suggest(key, known))
+            raise SpecError(src, _join(path, key), did_you_mean(key, known))
 
 
 def _number(value: object, src: str, path: str) -> float:
@@ -219,9 +219,7 @@ def _parse_subtask(value: object, src: str, path: str) -> SubtaskSpec:
     command = None
     if "command" in m:
         command = _parse_command(m["command"], src, _join(path, "command"))
-    return SubtaskSpec(
-        work=seconds_to_mcycles(work), weight=weight, demand=demand, command=command
-    )
+    return SubtaskSpec(work=seconds_to_mcycles(work), weight=weight, demand=demand, command=command)
 
 
 def _parse_qos(value: object, src: str, path: str, allow_local: bool) -> QosClass:
@@ -230,8 +228,10 @@ def _parse_qos(value: object, src: str, path: str, allow_local: bool) -> QosClas
         if allow_local:
             return QosClass.LOCAL
         raise SpecError(
-            src, path, "'local' jobs are generated per node and never submitted; "
-            "use one of " + ", ".join(allowed)
+            src,
+            path,
+            "'local' jobs are generated per node and never submitted; "
+            "use one of " + ", ".join(allowed),
         )
     if isinstance(value, str) and value in allowed:
         return QosClass(value)
@@ -282,8 +282,10 @@ def parse_job(
             windows[key] = _positive(m[key], src, f(key), " s")
         elif key in m:
             raise SpecError(
-                src, f(key), f"only strict jobs have QoS windows (this job is {qos.value}); "
-                "remove it or set qos: strict"
+                src,
+                f(key),
+                f"only strict jobs have QoS windows (this job is {qos.value}); "
+                "remove it or set qos: strict",
             )
     duration = None
     if m.get("duration") is not None:
@@ -299,8 +301,9 @@ def parse_job(
             raise SpecError(src, f("node"), f"a local job needs its node name, got {node!r}")
     elif "node" in m:
         raise SpecError(
-            src, f("node"), "only local jobs are pinned to a node; the global manager places "
-            "grid jobs"
+            src,
+            f("node"),
+            "only local jobs are pinned to a node; the global manager places grid jobs",
         )
 
     split_keys = [k for k in ("work", "weight", "parallelism") if k in m]
@@ -309,7 +312,8 @@ def parse_job(
     if "subtasks" in m:
         if split_keys:
             raise SpecError(
-                src, f(split_keys[0]),
+                src,
+                f(split_keys[0]),
                 "give either subtasks or work/weight/parallelism, not both",
             )
         raw = m["subtasks"]
@@ -319,9 +323,7 @@ def parse_job(
             )
         if not raw:
             raise SpecError(src, f("subtasks"), "must hold at least one subtask")
-        subtasks = tuple(
-            _parse_subtask(s, src, _join(f("subtasks"), i)) for i, s in enumerate(raw)
-        )
+        subtasks = tuple(_parse_subtask(s, src, _join(f("subtasks"), i)) for i, s in enumerate(raw))
     elif split_keys:
         if "parallelism" not in m:
             raise SpecError(
@@ -419,7 +421,8 @@ def check_fits(
         key = "subtasks" if job.subtasks else "parallelism"
         path = _join(f"jobs[{index}]" if index is not None else "", key)
         raise SpecError(
-            source, path,
+            source,
+            path,
             f"more subtasks than nodes: {job.n_subtasks} subtasks, {n_nodes} nodes "
             "(a job's subtasks run on distinct nodes)",
         )

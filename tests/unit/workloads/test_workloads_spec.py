@@ -386,9 +386,7 @@ _demands = st.none() | st.builds(
     memory_mb=st.floats(min_value=0, max_value=1e6),
     io_mbps=st.floats(min_value=0, max_value=1e4),
 )
-_commands = st.none() | st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4).map(
-    tuple
-)
+_commands = st.none() | st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4).map(tuple)
 _subtasks = st.builds(
     SubtaskSpec,
     work=_pos.map(seconds_to_mcycles),

@@ -1,0 +1,467 @@
+"""The paper's workload generator, Poisson arrivals and a CSV trace reader.
+
+DESIGN §3 ("The paper's experiment"): nodes with no links between them; three job
+generators (local, QoS, best effort); 1500-3000 jobs per run; Poisson arrivals with mean
+inter-arrival ``lambda`` in {10, 100, 200, 500} s; strict QoS windows uniform in
+100-500 s; subtasks per job uniform in 1..nodes; subtask execution time uniform in
+1500-2500 s at the 1 GHz standard; node CPU uniform in 100-600 MHz; weights 1-4.
+Every one of these is a field of :class:`PaperWorkloadParams`; the paper is silent on
+the local and best-effort flows, whose defaults are documented in docs/decisions.md.
+
+All randomness comes from ONE ``random.Random(seed)``, drawn in a fixed order (nodes,
+QoS job count, QoS flow, best-effort flow, local flows node by node), so the same
+parameters and seed give the same workload, and changing a later flow's parameters
+leaves the earlier flows unchanged.
+
+Units: work in the records is Mcycles (reference seconds x ``STANDARD_MHZ``); times,
+windows and inter-arrivals in seconds of model time; speeds in MHz.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workloads.model import JobSpec, Node, QosClass, SubtaskSpec
+from workloads.spec import SpecError, did_you_mean, parse_job, seconds_to_mcycles
+
+# ---------------------------------------------------------------------------------------
+# Parameters
+
+
+def _check_int(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"PaperWorkloadParams.{name}: must be an integer >= {low}, got {value!r}")
+
+
+def _check_positive(name: str, value: object, allow_zero: bool = False) -> None:
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value >= 0 if allow_zero else value > 0)
+    )
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(
+            f"PaperWorkloadParams.{name}: must be a finite number {bound}, got {value!r}"
+        )
+
+
+def _check_range(name: str, value: object, integer: bool = False) -> None:
+    if not isinstance(value, tuple) or len(value) != 2:
+        raise ValueError(f"PaperWorkloadParams.{name}: must be a pair (low, high), got {value!r}")
+    for i, v in enumerate(value):
+        if integer:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(
+                    f"PaperWorkloadParams.{name}[{i}]: must be an integer >= 1, got {v!r}"
+                )
+        else:
+            _check_positive(f"{name}[{i}]", v)
+    if value[0] > value[1]:
+        raise ValueError(f"PaperWorkloadParams.{name}: low > high in {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PaperWorkloadParams:
+    """Every knob of the paper's experiment (DESIGN §3), with the paper's defaults.
+
+    QoS flow (the paper's): ``jobs`` QoS jobs (``None``: uniform integer in
+    ``jobs_range``), Poisson arrivals with mean inter-arrival ``mean_interarrival``
+    (lambda, s); each is strict with probability ``strict_fraction``, else loose; a
+    strict job draws ``E_t`` and ``A_t`` independently, uniform in ``window_range`` (s);
+    subtasks per job uniform in 1..``nodes``; each subtask's work uniform in
+    ``subtask_time_range`` (reference seconds at 1 GHz) and its weight an integer uniform
+    in ``weight_range``. Node speeds are integers of MHz uniform in ``speed_range``.
+
+    Local and best-effort flows (the paper says only that they exist): each a Poisson
+    flow over the QoS flow's span ``[0, last QoS arrival]``. Local jobs: one flow per
+    node, mean inter-arrival ``local_mean_interarrival`` or else ``lambda *
+    local_interarrival_factor``; one subtask of weight 1 and work uniform in
+    ``local_work_range`` (s). Best-effort jobs: one grid-wide flow, mean inter-arrival
+    ``best_effort_mean_interarrival`` or else ``lambda * best_effort_interarrival_factor``;
+    1..nodes subtasks with work uniform in ``best_effort_work_range`` (s) and weights in
+    ``weight_range``. ``local_flow`` / ``best_effort_flow`` switch a flow off.
+
+    The defaults of the two unspecified flows give each queue an offered load of about
+    half its share on a mid-range (350 MHz) node at the light load ``lambda = 500`` s
+    (local: 500 s of work every 10,000 s against 0.3 x 350 MHz; best effort: 350 s per
+    subtask every 5,000 s against 0.2 x 350 MHz per node), and overload at
+    ``lambda = 10`` s, the paper's overload case. Few large jobs rather than many small
+    ones keep the simulator's queues short.
+    """
+
+    nodes: int = 3
+    mean_interarrival: float = 10.0
+    jobs: int | None = None
+    jobs_range: tuple[int, int] = (1500, 3000)
+    window_range: tuple[float, float] = (100.0, 500.0)
+    subtask_time_range: tuple[float, float] = (1500.0, 2500.0)
+    speed_range: tuple[float, float] = (100.0, 600.0)
+    weight_range: tuple[int, int] = (1, 4)
+    strict_fraction: float = 1.0
+    local_flow: bool = True
+    local_interarrival_factor: float = 20.0
+    local_mean_interarrival: float | None = None
+    local_work_range: tuple[float, float] = (250.0, 750.0)
+    best_effort_flow: bool = True
+    best_effort_interarrival_factor: float = 10.0
+    best_effort_mean_interarrival: float | None = None
+    best_effort_work_range: tuple[float, float] = (200.0, 500.0)
+
+    def __post_init__(self) -> None:
+        _check_int("nodes", self.nodes, 1)
+        _check_positive("mean_interarrival", self.mean_interarrival)
+        if self.jobs is not None:
+            _check_int("jobs", self.jobs, 1)
+        _check_range("jobs_range", self.jobs_range, integer=True)
+        for name in ("window_range", "subtask_time_range", "speed_range"):
+            _check_range(name, getattr(self, name))
+        lo, hi = self.speed_range
+        if math.ceil(lo) > math.floor(hi):
+            raise ValueError(
+                "PaperWorkloadParams.speed_range: holds no whole MHz value, "
+                f"got {self.speed_range!r}"
+            )
+        _check_range("weight_range", self.weight_range, integer=True)
+        sf = self.strict_fraction
+        if isinstance(sf, bool) or not isinstance(sf, (int, float)) or not 0.0 <= sf <= 1.0:
+            raise ValueError(
+                f"PaperWorkloadParams.strict_fraction: must be a number in [0, 1], got {sf!r}"
+            )
+        for flow in ("local", "best_effort"):
+            factor = f"{flow}_interarrival_factor"
+            _check_positive(factor, getattr(self, factor))
+            mean = getattr(self, f"{flow}_mean_interarrival")
+            if mean is not None:
+                _check_positive(f"{flow}_mean_interarrival", mean)
+            _check_range(f"{flow}_work_range", getattr(self, f"{flow}_work_range"))
+
+    @property
+    def local_interarrival(self) -> float:
+        """Mean inter-arrival of each node's local flow, s."""
+        if self.local_mean_interarrival is not None:
+            return self.local_mean_interarrival
+        return self.mean_interarrival * self.local_interarrival_factor
+
+    @property
+    def best_effort_interarrival(self) -> float:
+        """Mean inter-arrival of the best-effort flow, s."""
+        if self.best_effort_mean_interarrival is not None:
+            return self.best_effort_mean_interarrival
+        return self.mean_interarrival * self.best_effort_interarrival_factor
+
+
+# ---------------------------------------------------------------------------------------
+# Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Nodes and jobs of one run.
+
+    ``jobs`` are sorted by ``arrival`` (s) and carry unique ``job_id`` ("j00001", ...);
+    local jobs name an existing node. ``seed`` and ``params`` record provenance when the
+    workload was generated (both ``None`` for a trace).
+    """
+
+    nodes: tuple[Node, ...]
+    jobs: tuple[JobSpec, ...]
+    seed: int | None = None
+    params: PaperWorkloadParams | None = None
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ValueError("Workload.nodes: must hold at least one node")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Workload.nodes: node names must be unique, got {names}")
+        ids: set[str] = set()
+        last = -math.inf
+        for i, job in enumerate(self.jobs):
+            if not job.job_id or job.job_id in ids:
+                raise ValueError(
+                    f"Workload.jobs[{i}].job_id: must be unique and non-empty, got {job.job_id!r}"
+                )
+            ids.add(job.job_id)
+            if job.arrival < last:
+                raise ValueError(f"Workload.jobs[{i}].arrival: jobs must be sorted by arrival")
+            last = job.arrival
+            if job.qos is QosClass.LOCAL and job.node not in names:
+                raise ValueError(f"Workload.jobs[{i}].node: no node named {job.node!r}")
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes)
+
+    def jobs_of(self, *classes: QosClass) -> tuple[JobSpec, ...]:
+        """The jobs of the given QoS classes, in arrival order."""
+        return tuple(j for j in self.jobs if j.qos in classes)
+
+
+def assign_ids(jobs: Iterable[JobSpec], width: int = 5) -> tuple[JobSpec, ...]:
+    """Sort jobs by arrival (stable: ties keep their order) and number them j00001, ..."""
+    ordered = sorted(jobs, key=lambda j: j.arrival)
+    return tuple(
+        dataclasses.replace(j, job_id=f"j{k:0{width}d}") for k, j in enumerate(ordered, start=1)
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Poisson arrivals
+
+
+def _check_mean(mean: float) -> None:
+    if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not math.isfinite(mean):
+        raise ValueError(f"mean: must be a finite number > 0 (s), got {mean!r}")
+    if mean <= 0:
+        raise ValueError(f"mean: must be a finite number > 0 (s), got {mean!r}")
+
+
+def poisson_arrivals(rng: random.Random, mean: float, n: int, start: float = 0.0) -> list[float]:
+    """``n`` arrival times (s) of a Poisson process with mean inter-arrival ``mean`` (s).
+
+    Inter-arrivals are exponential with rate ``1/mean``; the first arrival is one
+    inter-arrival after ``start``. The result is non-decreasing.
+    """
+    _check_mean(mean)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n: must be an integer >= 0, got {n!r}")
+    rate = 1.0 / mean
+    out: list[float] = []
+    t = start
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append(t)
+    return out
+
+
+def poisson_arrivals_until(
+    rng: random.Random, mean: float, horizon: float, start: float = 0.0
+) -> list[float]:
+    """Arrival times (s) of a Poisson process on ``(start, horizon]``."""
+    _check_mean(mean)
+    rate = 1.0 / mean
+    out: list[float] = []
+    t = start + rng.expovariate(rate)
+    while t <= horizon:
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The generator
+
+# Order of flows among jobs that arrive at the same instant (ties): QoS, best effort, local.
+_FLOW_RANK = {QosClass.STRICT: 0, QosClass.LOOSE: 0, QosClass.BEST_EFFORT: 1, QosClass.LOCAL: 2}
+
+
+def _grid_subtasks(
+    rng: random.Random, nodes: int, work_range: tuple[float, float], weights: tuple[int, int]
+) -> tuple[SubtaskSpec, ...]:
+    count = rng.randint(1, nodes)
+    subs = []
+    for _ in range(count):
+        seconds = rng.uniform(*work_range)
+        weight = float(rng.randint(*weights))
+        subs.append(SubtaskSpec(work=seconds_to_mcycles(seconds), weight=weight))
+    return tuple(subs)
+
+
+def generate(params: PaperWorkloadParams | None = None, seed: int = 0) -> Workload:
+    """The paper's workload for ``params`` (defaults: the paper's) and ``seed``.
+
+    Deterministic: the same arguments give an equal :class:`Workload`. Jobs are sorted by
+    arrival (ties: QoS, best effort, local; then node and sequence) and numbered
+    ``j00001``, ``j00002``, ... in that order.
+    """
+    p = params if params is not None else PaperWorkloadParams()
+    rng = random.Random(seed)
+
+    lo, hi = p.speed_range
+    nodes = tuple(
+        Node(name=f"n{i}", speed_mhz=float(rng.randint(math.ceil(lo), math.floor(hi))))
+        for i in range(p.nodes)
+    )
+    n_jobs = p.jobs if p.jobs is not None else rng.randint(*p.jobs_range)
+
+    # (flow rank, node index, sequence) breaks arrival ties deterministically.
+    keyed: list[tuple[tuple[float, int, int, int], JobSpec]] = []
+
+    qos_arrivals = poisson_arrivals(rng, p.mean_interarrival, n_jobs)
+    for k, t in enumerate(qos_arrivals, start=1):
+        # Every draw is made whatever the class, so strict_fraction changes classes only.
+        strict = rng.random() < p.strict_fraction
+        e_t = rng.uniform(*p.window_range)
+        a_t = rng.uniform(*p.window_range)
+        subs = _grid_subtasks(rng, p.nodes, p.subtask_time_range, p.weight_range)
+        qos = QosClass.STRICT if strict else QosClass.LOOSE
+        job = JobSpec(
+            name=f"{qos.value}-{k:05d}",
+            qos=qos,
+            subtasks=subs,
+            overall_deviation=e_t if strict else None,
+            asynchrony=a_t if strict else None,
+            arrival=t,
+        )
+        keyed.append(((t, 0, 0, k), job))
+    horizon = qos_arrivals[-1]
+
+    if p.best_effort_flow:
+        arrivals = poisson_arrivals_until(rng, p.best_effort_interarrival, horizon)
+        for k, t in enumerate(arrivals, start=1):
+            subs = _grid_subtasks(rng, p.nodes, p.best_effort_work_range, p.weight_range)
+            job = JobSpec(
+                name=f"best_effort-{k:05d}", qos=QosClass.BEST_EFFORT, subtasks=subs, arrival=t
+            )
+            keyed.append(((t, 1, 0, k), job))
+
+    if p.local_flow:
+        for i, node in enumerate(nodes):
+            arrivals = poisson_arrivals_until(rng, p.local_interarrival, horizon)
+            for k, t in enumerate(arrivals, start=1):
+                work = seconds_to_mcycles(rng.uniform(*p.local_work_range))
+                job = JobSpec(
+                    name=f"local-{node.name}-{k:05d}",
+                    qos=QosClass.LOCAL,
+                    subtasks=(SubtaskSpec(work=work, weight=1.0),),
+                    arrival=t,
+                    node=node.name,
+                )
+                keyed.append(((t, 2, i, k), job))
+
+    keyed.sort(key=lambda item: item[0])
+    jobs = tuple(
+        dataclasses.replace(job, job_id=f"j{k:05d}") for k, (_, job) in enumerate(keyed, start=1)
+    )
+    return Workload(nodes=nodes, jobs=jobs, seed=seed, params=p)
+
+
+# ---------------------------------------------------------------------------------------
+# Trace reader
+
+#: Columns of a trace CSV (a header row is required; order is free):
+#:   arrival            required, s >= 0: submission time
+#:   qos                required: strict | loose | best_effort | local
+#:   work_s             required: the subtasks' work in reference seconds at 1 GHz,
+#:                      separated by ";" (e.g. "1800;3600;3600")
+#:   weights            optional: the subtasks' relative weights, ";"-separated, as many
+#:                      as work_s; empty = 1 each
+#:   overall_deviation  E_t, s: required for strict rows, empty otherwise
+#:   asynchrony         A_t, s: required for strict rows, empty otherwise
+#:   duration           optional D_t, s
+#:   node               required for local rows (the node's name), empty otherwise
+#:   name               optional job name; default "trace-<line>"
+TRACE_COLUMNS: tuple[str, ...] = (
+    "arrival",
+    "qos",
+    "work_s",
+    "weights",
+    "overall_deviation",
+    "asynchrony",
+    "duration",
+    "node",
+    "name",
+)
+_REQUIRED_COLUMNS = ("arrival", "qos", "work_s")
+_NUMBER_COLUMNS = ("arrival", "overall_deviation", "asynchrony", "duration")
+
+
+def _cell_number(text: str, src: str, where: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise SpecError(src, where, f"must be a number, got {text!r}") from None
+
+
+def _cell_list(text: str, src: str, where: str) -> list[float]:
+    return [_cell_number(part.strip(), src, where) for part in text.split(";")]
+
+
+def _column_of(field: str) -> str:
+    """Trace column that holds a parse_job field path ('subtasks[1].work' -> 'work_s')."""
+    if field.startswith("subtasks"):
+        return "weights" if field.endswith(".weight") else "work_s"
+    return field.split(".")[0].split("[")[0]
+
+
+def load_trace_csv(path: str | Path) -> tuple[JobSpec, ...]:
+    """Jobs from a CSV trace (columns in :data:`TRACE_COLUMNS`), sorted and numbered.
+
+    Rows are sorted by arrival (ties keep file order) and get job ids ``j00001``, ...
+    Raises :class:`SpecError` naming the file, ``line N, column C`` and the reason.
+    """
+    src = str(path)
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.reader(fh))
+    except FileNotFoundError:
+        raise SpecError(src, "", "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(src, "", f"cannot read: {exc}") from None
+    except csv.Error as exc:
+        raise SpecError(src, "", f"not valid CSV: {exc}") from None
+    # Skip blank lines but keep the file's line numbers.
+    numbered = [(i, r) for i, r in enumerate(rows, start=1) if any(c.strip() for c in r)]
+    if not numbered:
+        columns = ", ".join(_REQUIRED_COLUMNS)
+        raise SpecError(src, "", f"empty file: expected a header row ({columns}, ...)")
+    header_line, header = numbered[0]
+    header = [h.strip() for h in header]
+    for col, name in enumerate(header, start=1):
+        if name not in TRACE_COLUMNS:
+            raise SpecError(
+                src,
+                f"line {header_line}, column {col} ({name!r})",
+                did_you_mean(name, TRACE_COLUMNS),
+            )
+    if len(set(header)) != len(header):
+        raise SpecError(src, f"line {header_line}", "a column is named twice in the header")
+    for name in _REQUIRED_COLUMNS:
+        if name not in header:
+            raise SpecError(src, f"line {header_line}", f"missing required column {name!r}")
+    if len(numbered) == 1:
+        raise SpecError(src, "", "holds a header but no jobs")
+
+    jobs: list[JobSpec] = []
+    for line, row in numbered[1:]:
+        if len(row) != len(header):
+            raise SpecError(
+                src, f"line {line}", f"has {len(row)} cells, the header has {len(header)}"
+            )
+        cells = {name: cell.strip() for name, cell in zip(header, row)}
+
+        def where(col: str, line: int = line) -> str:
+            return f"line {line}, column {col}"
+
+        mapping: dict[str, Any] = {"name": cells.get("name") or f"trace-{line}"}
+        mapping["qos"] = cells["qos"]
+        for col in _NUMBER_COLUMNS:
+            if cells.get(col):
+                mapping[col] = _cell_number(cells[col], src, where(col))
+        if cells.get("node"):
+            mapping["node"] = cells["node"]
+        works = _cell_list(cells["work_s"], src, where("work_s"))
+        weights: Sequence[float] = [1.0] * len(works)
+        if cells.get("weights"):
+            weights = _cell_list(cells["weights"], src, where("weights"))
+            if len(weights) != len(works):
+                raise SpecError(
+                    src,
+                    where("weights"),
+                    f"{len(weights)} weights for {len(works)} subtasks in work_s",
+                )
+        mapping["subtasks"] = [{"work": w, "weight": r} for w, r in zip(works, weights)]
+        try:
+            jobs.append(parse_job(mapping, src, None, allow_local=True))
+        except SpecError as exc:
+            raise SpecError(src, where(_column_of(exc.field)), exc.reason) from None
+    return assign_ids(jobs)
