@@ -42,15 +42,19 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
 from fairness._validate import (
+    check_length,
     nonneg_vector,
     positive_scalar,
     positive_vector,
 )
+
+if TYPE_CHECKING:
+    from fairness.drf import DrfResult
 
 __all__ = [
     "SHARE_SUM_TOLERANCE",
@@ -60,6 +64,7 @@ __all__ = [
     "PoolAllocation",
     "allocation_metrics",
     "dmfa_srq",
+    "dmfa_srq_policy",
     "static_weighted_drf",
 ]
 
@@ -447,3 +452,51 @@ def static_weighted_drf(
         tasks=tasks,
         usage=usage,
     )
+
+
+def dmfa_srq_policy(
+    capacity: Sequence[float],
+    demands: Sequence[Sequence[float]],
+    weights: Sequence[float] | None = None,
+    max_tasks: Sequence[float | None] | None = None,
+) -> DrfResult:
+    """DMFA-SRQ under the registry's uniform policy signature (``fairness.registry``).
+
+    ``capacity``: ``C_j`` per resource (resource units). ``demands``: per-task demand
+    vectors in the same units; a task must fit in the pool (``demands[i][j] <=
+    capacity[j]``). Users arrive in list order. ``weights``: one scalar per user (``> 0``,
+    only ratios matter): user ``i``'s share is ``w_i = weights[i] / sum(weights)``; ``None``
+    means equal shares ``1/n``. ``max_tasks`` is not supported (DMFA-SRQ has no caps): any
+    finite entry raises ``ValueError``.
+
+    Returns the allocation once every user has arrived, as a
+    :class:`fairness.drf.DrfResult` (real task counts; ``weighted_shares`` use the weights
+    as given). On the DRF papers' example (9 CPU, 18 GB; <1, 4> and <3, 1>; equal shares)
+    DMFA-SRQ, like DRF, gives 3 and 2 tasks.
+    """
+    from fairness.drf import _caps, _prepare, _result, _weight_matrix
+
+    cap, dem = _prepare(capacity, demands)
+    n, m = len(dem), len(cap)
+    if weights is not None:
+        seq = check_length("weights", weights, n, "one per user in demands")
+        for i, value in enumerate(seq):
+            if hasattr(value, "__len__") and not isinstance(value, str):
+                raise ValueError(f"weights[{i}]: dmfa_srq takes one scalar weight (share) "
+                                 "per user, not a vector per resource")
+        raw = positive_vector("weights", seq, n, "one per user")
+    else:
+        raw = (1.0,) * n
+    for i, limit in enumerate(_caps(max_tasks, n)):
+        if limit != math.inf:
+            raise ValueError(f"max_tasks[{i}]: the policy dmfa_srq does not support caps")
+    for i, row in enumerate(dem):
+        for j, (v, c) in enumerate(zip(row, cap)):
+            if v > c:
+                raise ValueError(f"demands[{i}][{j}]: {v!r} exceeds capacity[{j}] = {c!r} "
+                                 "(dmfa_srq needs every task to fit in the pool)")
+    total = math.fsum(raw)
+    shares = [r / total for r in raw]
+    pool_demands = [[v / c for v, c in zip(row, cap)] for row in dem]
+    final = dmfa_srq(pool_demands, shares).final
+    return _result(cap, dem, list(final.tasks), _weight_matrix(weights, n, m))

@@ -262,6 +262,40 @@ def test_static_weighted_drf_bad_input() -> None:
         static_weighted_drf([[0.1, 0.2], [-0.2, 0.1]], [0.4, 0.4])
 
 
+# -- the registry hook -----------------------------------------------------------------------
+
+
+def test_registry_policy_on_the_drf_paper_example() -> None:
+    # 9 CPU, 18 GB; A <1 CPU, 4 GB>, B <3 CPU, 1 GB>; equal shares. Pool fractions: d_A =
+    # <1/2, 1>, d_B = <1, 1/6>. A alone gets x = 1/2; with B, CPU binds: 0.25 M + 0.5 M = 1,
+    # M = 4/3, x = 2/3 each: 3 and 2 tasks, as DRF.
+    from fairness.registry import allocate
+
+    result = allocate("dmfa_srq", [9, 18], [[1, 4], [3, 1]])
+    assert result.tasks == pytest.approx((3.0, 2.0))
+    assert result.dominant_shares == pytest.approx((2 / 3, 2 / 3))
+    assert result.usage == pytest.approx((9.0, 14.0))
+    # Weights 1 : 3 -> shares 1/4, 3/4: A gets 1/4; then 0.125 M + 0.75 M = 1, M = 8/7.
+    weighted = allocate("dmfa_srq", [9, 18], [[1, 4], [3, 1]], weights=[1, 3])
+    assert weighted.dominant_shares == pytest.approx((2 / 7, 6 / 7))
+    assert weighted.weighted_shares == pytest.approx((2 / 7, 2 / 7))
+
+
+def test_registry_policy_refuses_what_it_cannot_do() -> None:
+    from fairness.dmfa import dmfa_srq_policy
+
+    with pytest.raises(ValueError, match=r"^max_tasks\[1\]: the policy dmfa_srq"):
+        dmfa_srq_policy([9, 18], [[1, 4], [3, 1]], max_tasks=[None, 2])
+    with pytest.raises(ValueError, match=r"^weights\[0\]: dmfa_srq takes one scalar"):
+        dmfa_srq_policy([9, 18], [[1, 4], [3, 1]], weights=[[1, 2], [1, 1]])  # type: ignore
+    with pytest.raises(ValueError, match=r"^demands\[1\]\[0\]: 10\.0 exceeds capacity"):
+        dmfa_srq_policy([9, 18], [[1, 4], [10, 1]])
+    with pytest.raises(ValueError, match=r"^weights\[1\]: must be > 0"):
+        dmfa_srq_policy([9, 18], [[1, 4], [3, 1]], weights=[1, 0])
+    with pytest.raises(ValueError, match=r"^capacity\[1\]: must be > 0"):
+        dmfa_srq_policy([9, 0], [[1, 4], [3, 1]])
+
+
 # -- bad input -----------------------------------------------------------------------------
 
 
