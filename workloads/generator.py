@@ -416,11 +416,11 @@ def load_trace_csv(path: str | Path) -> tuple[JobSpec, ...]:
         raise SpecError(src, "", f"empty file: expected a header row ({columns}, ...)")
     header_line, header = numbered[0]
     header = [h.strip() for h in header]
-    for col, name in enumerate(header, start=1):
+    for position, name in enumerate(header, start=1):
         if name not in TRACE_COLUMNS:
             raise SpecError(
                 src,
-                f"line {header_line}, column {col} ({name!r})",
+                f"line {header_line}, column {position} ({name!r})",
                 did_you_mean(name, TRACE_COLUMNS),
             )
     if len(set(header)) != len(header):

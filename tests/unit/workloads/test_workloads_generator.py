@@ -278,14 +278,20 @@ def test_bad_params_name_the_field(override: dict[str, object], field: str) -> N
     assert str(info.value).startswith(f"PaperWorkloadParams.{field}: ")
 
 
-def _job(job_id: str, arrival: float, name: str = "x", **kw: object) -> JobSpec:
-    return JobSpec(  # type: ignore[arg-type]
+def _job(
+    job_id: str,
+    arrival: float,
+    name: str = "x",
+    qos: QosClass = QosClass.LOOSE,
+    node: str | None = None,
+) -> JobSpec:
+    return JobSpec(
         name=name,
-        qos=kw.pop("qos", QosClass.LOOSE),
+        qos=qos,
         subtasks=(SubtaskSpec(work=1.0),),
         arrival=arrival,
         job_id=job_id,
-        **kw,
+        node=node,
     )
 
 

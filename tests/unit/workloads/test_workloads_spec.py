@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -400,7 +401,7 @@ _subtasks = st.builds(
 def job_specs(draw: st.DrawFn) -> JobSpec:
     qos = draw(st.sampled_from([QosClass.STRICT, QosClass.LOOSE, QosClass.BEST_EFFORT]))
     strict = qos is QosClass.STRICT
-    common = dict(
+    base = JobSpec(
         name=draw(st.text(min_size=1, max_size=10).filter(str.strip)),
         qos=qos,
         overall_deviation=draw(_pos) if strict else None,
@@ -410,12 +411,12 @@ def job_specs(draw: st.DrawFn) -> JobSpec:
     )
     if draw(st.booleans()):
         subs = tuple(draw(st.lists(_subtasks, min_size=1, max_size=5)))
-        return JobSpec(subtasks=subs, **common)  # type: ignore[arg-type]
-    return JobSpec(  # type: ignore[arg-type]
+        return dataclasses.replace(base, subtasks=subs)
+    return dataclasses.replace(
+        base,
         parallelism=draw(st.integers(1, 12)),
         total_work=seconds_to_mcycles(draw(_pos)),
         total_weight=draw(_pos),
-        **common,
     )
 
 
