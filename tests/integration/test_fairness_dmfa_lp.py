@@ -19,6 +19,9 @@ scipy_optimize = pytest.importorskip("scipy.optimize")
 
 pytestmark = pytest.mark.integration
 
+# Tighter than HiGHS' default 1e-7 (absolute), which is coarse against small shares.
+HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
+
 
 @st.composite
 def arrivals(draw: st.DrawFn, max_users: int = 10) -> tuple[list[list[float]], list[float]]:
@@ -51,13 +54,13 @@ def lp_level(d: np.ndarray, w: np.ndarray, before: np.ndarray) -> tuple[float, n
     bounds = [(float(lo), None) for lo in before] + [(0.0, None)]
     first = scipy_optimize.linprog(
         c=np.concatenate([np.zeros(k), [-1.0]]), A_ub=a_ub, b_ub=b_ub, bounds=bounds,
-        method="highs")
+        method="highs", options=HIGHS_OPTIONS)
     assert first.status == 0, first.message
     level = float(first.x[-1])
     bounds[-1] = (level * (1 - 1e-10), None)
     second = scipy_optimize.linprog(
         c=np.concatenate([np.ones(k), [0.0]]), A_ub=a_ub, b_ub=b_ub, bounds=bounds,
-        method="highs")
+        method="highs", options=HIGHS_OPTIONS)
     assert second.status == 0, second.message
     return level, second.x[:k]
 
