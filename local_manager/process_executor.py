@@ -41,7 +41,9 @@ Cleanup
     period, then SIGKILL, and every member is reaped. By default the owning process becomes
     a child subreaper (``PR_SET_CHILD_SUBREAPER``) so that orphaned members are re-parented
     to it and reaped here even where PID 1 does not reap. A SIGKILL of the owning process
-    itself runs no cleanup (no user-space code can); see docs/decisions.md.
+    itself runs no cleanup (no code can); every subtask process therefore carries
+    ``COALLOC_EXECUTOR_OWNER`` in its environment, and :func:`reap_stale_subtasks` (called
+    by a new owner at start-up) kills those whose owner is gone.
 """
 
 from __future__ import annotations
@@ -604,6 +606,66 @@ def become_child_subreaper() -> bool:
         return _subreaper
 
 
+#: Environment variable every subtask process carries: ``<owner pid>:<owner start time>``
+#: (start time in clock ticks since boot, from /proc), naming the process that started it.
+OWNER_ENV = "COALLOC_EXECUTOR_OWNER"
+
+
+def owner_marker(proc_root: Path = Path("/proc")) -> str:
+    """This process's owner marker (see :data:`OWNER_ENV`); the start time guards against
+    a recycled pid."""
+    st = ProcFs(proc_root).read_stat(os.getpid())
+    return f"{os.getpid()}:{st.starttime if st is not None else 0}"
+
+
+def stale_subtasks(proc_root: Path = Path("/proc")) -> list[int]:
+    """Pids of subtask processes whose owner no longer exists.
+
+    A process is a stale subtask when its environment (as it was at exec,
+    ``/proc/<pid>/environ``) carries :data:`OWNER_ENV` naming a pid that is gone or now
+    has another start time. Processes of other users are skipped (unreadable).
+    """
+    fs = ProcFs(proc_root)
+    key = OWNER_ENV.encode() + b"="
+    alive: dict[bytes, bool] = {}
+    stale = []
+    for pid in fs.pids():
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"{fs.root}/{pid}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        owner = next((v[len(key) :] for v in environ.split(b"\0") if v.startswith(key)), None)
+        if owner is None:
+            continue
+        if owner not in alive:
+            owner_pid, _, owner_start = owner.partition(b":")
+            st = fs.read_stat(int(owner_pid)) if owner_pid.isdigit() else None
+            alive[owner] = st is not None and str(st.starttime).encode() == owner_start
+        if not alive[owner]:
+            stale.append(pid)
+    return stale
+
+
+def reap_stale_subtasks(proc_root: Path = Path("/proc")) -> list[int]:
+    """SIGKILL every subtask process whose owner no longer exists; return their pids.
+
+    For the one exit no cleanup code survives: the owner SIGKILLed (``ray.kill`` on the
+    local-manager actor). Its subtasks would keep running, or stay stopped, forever; a new
+    local manager calls this at start-up. See :func:`stale_subtasks`.
+    """
+    killed = []
+    for pid in stale_subtasks(proc_root):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return killed
+
+
 _LIVE: weakref.WeakSet[ProcessExecutor] = weakref.WeakSet()
 
 
@@ -628,7 +690,10 @@ class ProcessExecutor:
     (None: cgroup v2 when usable, else duty cycling). ``period_s`` is the duty-cycle period
     (s), ``rescan_s`` the interval (s) between full scans for new group members,
     ``grace_s`` the SIGTERM-to-SIGKILL delay (s). ``clock``/``sleep`` are the time source
-    (s) and the blocking wait used by :meth:`run_cycle` and the kill sequence.
+    (s) and the blocking wait used by :meth:`run_cycle` and the kill sequence. ``env``
+    replaces the environment (None: inherit this process's); either way
+    :data:`OWNER_ENV` is added so that :func:`reap_stale_subtasks` can find the processes
+    if this owner dies without cleaning up.
 
     Use: :meth:`start`, then per cycle either :meth:`run_cycle` (blocking) or
     :meth:`begin_cycle`, :meth:`step` until it returns None (waiting until the time it
@@ -748,6 +813,8 @@ class ProcessExecutor:
                 raise RuntimeError(f"start: executor is {self._state.value}, not created")
             if self.reap_orphans:
                 become_child_subreaper()
+            env = dict(self.env if self.env is not None else os.environ)
+            env[OWNER_ENV] = owner_marker(self.proc_root)
             out = err = None
             try:
                 out = open(self.stdout, "ab") if self.stdout is not None else None
@@ -760,7 +827,7 @@ class ProcessExecutor:
                     self._popen = subprocess.Popen(
                         list(self.argv),
                         cwd=self.cwd,
-                        env=self.env,
+                        env=env,
                         stdin=subprocess.DEVNULL,
                         stdout=out if out is not None else subprocess.DEVNULL,
                         stderr=err_target,  # type: ignore[arg-type]

@@ -31,6 +31,8 @@ from local_manager.process_executor import (
     LimitMode,
     ProcessExecutor,
     ProcFs,
+    become_child_subreaper,
+    reap_stale_subtasks,
 )
 
 pytestmark = pytest.mark.integration
@@ -280,4 +282,29 @@ def test_interpreter_exit_kills_the_group(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
     )
     pgid = int(done.stdout.strip())
+    assert_group_gone(pgid)
+
+
+def test_subtasks_of_a_sigkilled_owner_are_found_and_killed(tmp_path: Path) -> None:
+    # SIGKILL runs no cleanup in the owner: its subtask survives, stopped. A later owner's
+    # sweep must find it by its environment marker and kill it.
+    become_child_subreaper()  # the orphan comes to us, so that we can reap it afterwards
+    code = textwrap.dedent(
+        """
+        import os, signal
+        from local_manager.process_executor import ProcessExecutor
+        ex = ProcessExecutor(["sleep", "60"], speed_mhz=100.0)
+        ex.start()
+        print(ex.pgid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    owner = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=30)
+    assert owner.returncode == -9
+    pgid = int(owner.stdout.strip())
+    assert [m.state for m in ProcFs().group(pgid)] == ["T"]  # left behind, stopped
+    killed = reap_stale_subtasks()
+    assert pgid in killed
+    os.waitpid(pgid, 0)  # re-parented to this process (subreaper): reap it
     assert_group_gone(pgid)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from local_manager.process_executor import (
     CGROUP_PARENT_ENV,
+    OWNER_ENV,
     CgroupCpuLimit,
     DutyCyclePacer,
     ExecutorState,
@@ -28,6 +29,7 @@ from local_manager.process_executor import (
     parse_proc_stat,
     select_limit_mode,
     share_for_grant,
+    stale_subtasks,
     validate_argv,
 )
 
@@ -261,6 +263,26 @@ def test_refresh_drops_a_reused_pid(tmp_path: Path) -> None:
     proc.put(101, pgrp=100, utime=1, starttime=900)
     meter.refresh()
     assert [m.pid for m in meter.members] == [100]
+
+
+def test_stale_subtasks_are_those_whose_owner_is_gone(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path / "proc")
+    proc.put(10, starttime=555)  # a live owner
+    proc.put(11, starttime=777)  # pid 11 exists, but it is not the owner that started 21
+
+    def put_env(pid: int, *entries: str) -> None:
+        proc.put(pid, pgrp=pid)
+        (proc.root / str(pid) / "environ").write_bytes(
+            b"\0".join(e.encode() for e in entries) + b"\0"
+        )
+
+    put_env(20, "PATH=/bin", f"{OWNER_ENV}=10:555")  # owner alive: keep
+    put_env(21, f"{OWNER_ENV}=11:100", "HOME=/")  # owner pid recycled: stale
+    put_env(22, f"{OWNER_ENV}=12:100")  # owner gone: stale
+    put_env(23, "PATH=/bin")  # not a subtask
+    put_env(24, f"{OWNER_ENV}=garbage")  # unparsable owner: treated as gone
+    proc.put(25)  # no environ file (another user's process): skipped
+    assert stale_subtasks(proc.root) == [21, 22, 24]
 
 
 # ----------------------------------------------------------------------------- cgroup v2
