@@ -459,7 +459,7 @@ class CgroupCpuLimit:
         for pid in pids:
             try:
                 (self.path / "cgroup.procs").write_text(str(pid))
-            except (ProcessLookupError, FileNotFoundError):
+            except ProcessLookupError:
                 continue
 
     def remove(self) -> None:
@@ -866,12 +866,19 @@ class ProcessExecutor:
             self._cgroup.set_share(0.0)
             self._cgroup.add([pid])
         except OSError as exc:
-            # Detection said yes but the kernel said no: fall back, and say why.
-            if self._cgroup is not None:
-                self._cgroup.remove()
-            self._cgroup = None
-            self.mode = LimitMode.DUTY_CYCLE
-            self.mode_reason = f"cgroup v2 setup failed ({exc}); duty cycling instead"
+            self._cgroup_failed(exc)
+
+    def _cgroup_failed(self, exc: OSError) -> None:
+        """Detection said yes but the kernel said no: duty cycling from now on, and why."""
+        if self._cgroup is not None:
+            try:
+                self._cgroup.set_share(self.ncores)  # lift the quota on what was moved in
+            except OSError:
+                pass
+            self._cgroup.remove()
+        self._cgroup = None
+        self.mode = LimitMode.DUTY_CYCLE
+        self.mode_reason = f"cgroup v2 failed ({exc}); duty cycling instead"
 
     # ------------------------------------------------------------------ cycles
 
@@ -897,14 +904,20 @@ class ProcessExecutor:
                 return
             # The previous cycle's closing scan is usually only moments old.
             self._measure(now, full=now - self._last_scan >= self.period_s)
+            if self.mode is LimitMode.CGROUP_V2:
+                assert self._cgroup is not None and self._meter is not None
+                try:
+                    self._cgroup.set_share(self._share)
+                    # Children forked since the last cycle are in the cgroup already
+                    # (inherited); this catches members moved out by someone else.
+                    self._cgroup.add(st.pid for st in self._meter.members if not st.is_zombie)
+                except OSError as exc:
+                    self._cgroup_failed(exc)
+                else:
+                    self._set_stopped(self._share <= 0)
             if self.mode is LimitMode.DUTY_CYCLE:
                 self._pacer.begin(self._share, cycle_s, now, self._mark_s)
                 self._paced = True
-            else:
-                assert self._cgroup is not None and self._meter is not None
-                self._cgroup.set_share(self._share)
-                self._cgroup.add(st.pid for st in self._meter.members if not st.is_zombie)
-                self._set_stopped(self._share <= 0)
 
     def step(self) -> float | None:
         """Do what is due now (signals, measurement, completion check).

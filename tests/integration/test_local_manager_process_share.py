@@ -308,3 +308,72 @@ def test_subtasks_of_a_sigkilled_owner_are_found_and_killed(tmp_path: Path) -> N
     assert pgid in killed
     os.waitpid(pgid, 0)  # re-parented to this process (subreaper): reap it
     assert_group_gone(pgid)
+
+
+def test_cgroup_mode_falls_back_when_the_kernel_refuses(tmp_path: Path) -> None:
+    # A directory that looks delegated but is no cgroup: no cpu.max appears in a child.
+    fake = tmp_path / "fake-cgroup"
+    fake.mkdir()
+    (fake / "cgroup.subtree_control").write_text("cpu\n")
+    ex = ProcessExecutor(["sleep", "60"], speed_mhz=SPEED_MHZ, cgroup_parent=fake)
+    assert ex.mode is LimitMode.CGROUP_V2
+    ex.start()
+    try:
+        assert ex.mode is LimitMode.DUTY_CYCLE
+        assert "cgroup v2 failed" in ex.mode_reason
+        assert list(fake.iterdir()) == [fake / "cgroup.subtree_control"]  # cleaned up
+        assert ex.run_cycle(0.5, 0.05).mode is LimitMode.DUTY_CYCLE
+    finally:
+        ex.close()
+
+
+class RecordingCgroup:
+    """Stands in for a cgroup: records what the executor asks of it."""
+
+    calls: list[tuple[str, object]] = []
+
+    def __init__(self, parent: Path, name: str) -> None:
+        self.calls.append(("create", name))
+
+    def set_share(self, share: float) -> None:
+        self.calls.append(("share", share))
+
+    def add(self, pids: object) -> None:
+        self.calls.append(("add", sorted(pids)))  # type: ignore[call-overload]
+
+    def remove(self) -> None:
+        self.calls.append(("remove", None))
+
+
+def test_cgroup_mode_wiring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import local_manager.process_executor as pe
+
+    monkeypatch.setattr(pe, "CgroupCpuLimit", RecordingCgroup)
+    RecordingCgroup.calls = []
+    delegated = tmp_path / "delegated"
+    delegated.mkdir()
+    (delegated / "cgroup.subtree_control").write_text("cpu memory\n")
+    ex = ProcessExecutor(["sleep", "60"], speed_mhz=SPEED_MHZ, cgroup_parent=delegated)
+    ex.start()
+    pid = ex.pid
+    try:
+        assert ex.mode is LimitMode.CGROUP_V2
+        usage = ex.run_cycle(0.3, 0.05)
+        assert usage.mode is LimitMode.CGROUP_V2 and usage.run_s == usage.wall_s
+        # The quota does the limiting: the group is left running between cycles (SIGCONT
+        # takes effect when sent, so one look suffices).
+        assert {m.state for m in ProcFs().group(pid)} == {"S"}  # type: ignore[arg-type]
+        ex.run_cycle(0.0, 0.05)  # a share of 0 stops the group
+        assert group_states_settle(pid) == {"T"}  # type: ignore[arg-type]
+    finally:
+        ex.close()
+    assert RecordingCgroup.calls == [
+        ("create", f"coalloc-{os.getpid()}-{pid}"),
+        ("share", 0.0),
+        ("add", [pid]),
+        ("share", 0.3),
+        ("add", [pid]),
+        ("share", 0.0),
+        ("add", [pid]),
+        ("remove", None),
+    ]
