@@ -39,6 +39,8 @@ class _SubtaskTrack:
     weight: float
     virtual_weight: float = 0.0
     virtual_time: float = 0.0
+    #: dT_V/dT_R over the last report (x_bar / x); used to replay quiet periods.
+    clock_rate: float = 1.0
     done: bool = False
 
 
@@ -128,6 +130,10 @@ class ControllerCore:
         if st.done:
             return True
         st.virtual_time = report.virtual_time
+        if report.expected_work > 0:
+            st.clock_rate = report.granted_work / report.expected_work
+        else:
+            st.clock_rate = 0.0
         if report.done:
             st.done = True
             job.tracker.finished(report.real_time)
@@ -170,9 +176,14 @@ class ControllerCore:
         k = self.period
         controlled: list[_JobTrack] = []
         states: list[JobState] = []
+        commands: list[ReweightCommand] = []
         for job in self.jobs.values():
             running = [s for s in job.subtasks if not s.done]
             if len(running) < 2:
+                if self.enabled and running:
+                    # Nobody left to keep in step with: a lone subtask gets its admitted
+                    # weight back and its virtual subtask goes, or it would crawl forever.
+                    commands.extend(self._restore(job, running[0]))
                 continue
             if self.enabled and job.qos is QosClass.STRICT:
                 controlled.append(job)
@@ -201,7 +212,6 @@ class ControllerCore:
                 job.last_phase, job.last_mean, job.last_window = phi, sum(tvs) / len(tvs), "none"
                 if job.qos is QosClass.STRICT and k % self.log_every == 0:
                     self._log_uncontrolled(job, k, now, clock_offset, clock_quality)
-        commands: list[ReweightCommand] = []
         if not states:
             return commands
         reply = control(ControlRequest(now, tuple(states), self.node_slack()), self.config)
@@ -225,6 +235,13 @@ class ControllerCore:
                 self._emit(period_record(decision, k, now, weights, clock_offset, clock_quality))
         return commands
 
+    def _restore(self, job: _JobTrack, st: _SubtaskTrack) -> list[ReweightCommand]:
+        if st.weight == st.admitted_weight and st.virtual_weight == 0.0:
+            return []
+        st.weight, st.virtual_weight = st.admitted_weight, 0.0
+        self._seq += 1
+        return [ReweightCommand(job.job_id, st.index, st.node, self._seq, st.weight, 0.0)]
+
     def _log_uncontrolled(
         self, job: _JobTrack, k: int, now: float, offset: float | None, quality: str | None
     ) -> None:
@@ -243,6 +260,72 @@ class ControllerCore:
                 clock_quality=quality,
             )
         )
+
+    # ------------------------------------------------------------- fast forward
+    def quiet_periods(self, now: float, period: float, limit: int) -> int:
+        """How many of the next ``limit`` control periods (each ``period`` s, starting at
+        ``now``) would find every controlled job inside both windows, if every virtual
+        clock kept its last rate. Both window tests are convex in time (an absolute value
+        of a linear function; a max minus a min of linear functions), so they hold on a
+        whole stretch iff they hold at its ends: the answer is found by bisection."""
+        if not self.enabled:
+            return limit
+        jobs = [
+            j
+            for j in self.jobs.values()
+            if j.qos is QosClass.STRICT and sum(1 for s in j.subtasks if not s.done) >= 2
+        ]
+        if not jobs:
+            return limit
+
+        def quiet(p: int) -> bool:
+            dt = p * period
+            t_r = now + dt
+            for j in jobs:
+                tvs = [s.virtual_time + s.clock_rate * dt for s in j.subtasks if not s.done]
+                mean = sum(tvs) / len(tvs)
+                if abs(mean - t_r) > j.overall_deviation or max(tvs) - min(tvs) > j.asynchrony:
+                    return False
+            return True
+
+        if not quiet(0):
+            return 0
+        lo, hi = 0, limit  # quiet(lo) holds
+        if quiet(hi):
+            return hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if quiet(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def fast_forward_periods(
+        self,
+        now: float,
+        period: float,
+        count: int,
+        clock_offset: float | None = None,
+        clock_quality: str | None = None,
+    ) -> None:
+        """Book ``count`` quiet control periods after ``now`` (s) without control actions:
+        phase differences observed and logged from the virtual clocks' last rates. Call it
+        before ingesting the reports that close the stretch."""
+        for p in range(1, count + 1):
+            self.period += 1
+            k = self.period
+            dt = p * period
+            for job in self.jobs.values():
+                running = [s for s in job.subtasks if not s.done]
+                if len(running) < 2:
+                    continue
+                tvs = [s.virtual_time + s.clock_rate * dt for s in running]
+                phi = phase_difference(tvs)
+                job.tracker.observe(phi)
+                job.last_phase, job.last_mean, job.last_window = phi, sum(tvs) / len(tvs), "none"
+                if job.qos is QosClass.STRICT and k % self.log_every == 0:
+                    self._log_uncontrolled(job, k, now + dt, clock_offset, clock_quality)
 
     # ------------------------------------------------------------------- status
     def view(self, job_id: str) -> JobClockView | None:

@@ -50,6 +50,8 @@ class SimConfig:
     work_conserving: bool = True
     max_time: float | None = None
     log_every: int = 1
+    #: Replay quiet stretches in one go (same decisions; off = step every cycle).
+    fast_forward: bool = True
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.cycle) or self.cycle <= 0:
@@ -177,6 +179,19 @@ def simulate(
                 continue
             if cfg.max_time is not None and now >= cfg.max_time:
                 break
+            span = _quiet_span(now, q, cycles, cfg, schedulers, ctl, jobs, next_job)
+            if span >= 2:
+                # Nothing would change for ``span`` cycles: replay them in one go.
+                end = clock.advance(q * span)
+                ctl.fast_forward_periods(now, q * cfg.control_every, span // cfg.control_every)
+                for name, sched in schedulers.items():
+                    if len(sched):
+                        res = sched.fast_forward(span, q, end)
+                        used[name] += res.used
+                        for rep in res.reports:
+                            ctl.ingest(rep)
+                cycles += span
+                continue
             end = clock.advance(q)
             cycles += 1
             for name, sched in schedulers.items():
@@ -210,6 +225,38 @@ def simulate(
     horizon = {n.name: n.cpu_rate * end_time for n in workload.nodes}
     util = {n: (used[n] / horizon[n] if horizon[n] > 0 else 0.0) for n in sorted(used)}
     return RunResult(pol.name, seed, job_results, util, end_time, cycles, tuple(records))
+
+
+def _quiet_span(
+    now: float,
+    q: float,
+    cycles: int,
+    cfg: SimConfig,
+    schedulers: dict[str, LocalScheduler],
+    ctl: ControllerCore,
+    jobs: list[JobSpec],
+    next_job: int,
+) -> int:
+    """How many cycles from ``now`` can be replayed without changing any decision: no
+    arrival, no finish, no re-weighting, and no control window firing before their end.
+    A multiple of ``control_every``; 0 or 1 means step normally."""
+    ce = cfg.control_every
+    if not cfg.fast_forward or cycles % ce:
+        return 0
+    span = 1 << 30
+    for sched in schedulers.values():
+        if len(sched):
+            span = min(span, sched.quiet_cycles(q))
+            if span < 2:
+                return 0
+    if next_job < len(jobs):
+        span = min(span, math.ceil((jobs[next_job].arrival - now) / q))
+    if cfg.max_time is not None:
+        span = min(span, math.ceil((cfg.max_time - now) / q))
+    periods = span // ce
+    if periods < 1:
+        return 0
+    return ctl.quiet_periods(now, q * ce, periods) * ce
 
 
 def _admit(

@@ -113,6 +113,15 @@ class CycleResult:
     capacity: float
 
 
+@dataclass(frozen=True, slots=True)
+class _LastCycle:
+    cycle: float
+    granted: Mapping[tuple[str, int], float]
+    queue_cpu: Mapping[QueueName, float]
+    virtual_idle: float
+    lent: float
+
+
 class _Entry:
     """A placed subtask with its virtual clock (mutable, owned by the scheduler)."""
 
@@ -139,6 +148,9 @@ class LocalScheduler:
         self.incarnation = incarnation
         self._entries: dict[tuple[str, int], _Entry] = {}
         self._seq = 0
+        # The last cycle's outcome, kept while nothing that decides the split has changed,
+        # so that quiet cycles can be replayed in one go (fast_forward).
+        self._last: _LastCycle | None = None
 
     # ----------------------------------------------------------------- membership
     def add(self, subtask: Subtask, now: float) -> None:
@@ -151,15 +163,18 @@ class LocalScheduler:
             raise ValueError(f"subtask {subtask.key} is already on node {self.node.name!r}")
         subtask.start_time = now
         self._entries[subtask.key] = _Entry(subtask, now)
+        self._last = None
 
     def remove(self, key: tuple[str, int]) -> Subtask | None:
         """Take a subtask (and its virtual subtask) off the node; ``None`` if absent."""
         entry = self._entries.pop(key, None)
+        self._last = None
         return entry.subtask if entry else None
 
     def remove_job(self, job_id: str) -> list[Subtask]:
         """Take every subtask of ``job_id`` off the node (cancel)."""
         keys = [k for k in self._entries if k[0] == job_id]
+        self._last = None
         return [self._entries.pop(k).subtask for k in keys]
 
     def set_weights(self, key: tuple[str, int], weight: float, virtual_weight: float) -> bool:
@@ -175,6 +190,8 @@ class LocalScheduler:
         entry = self._entries.get(key)
         if entry is None:
             return False
+        if entry.subtask.weight != weight or entry.subtask.virtual_weight != virtual_weight:
+            self._last = None
         entry.subtask.weight = weight
         entry.subtask.virtual_weight = virtual_weight
         return True
@@ -258,9 +275,65 @@ class LocalScheduler:
             )
             virtual_idle -= lent
 
-        return self._account(
+        result = self._account(
             real_time, cycle, entries, granted, queue_cpu, virtual_idle, lent, capacity
         )
+        self._last = (
+            None
+            if result.finished
+            else _LastCycle(cycle, granted, dict(queue_cpu), virtual_idle, lent)
+        )
+        return result
+
+    # ------------------------------------------------------------- fast forward
+    def quiet_cycles(self, cycle: float) -> int:
+        """How many more cycles of ``cycle`` s would split the CPU exactly as the last one.
+
+        That holds while no subtask is added, removed or re-weighted and every running
+        subtask keeps more work than one full-speed cycle (its cap) and than its expected
+        work per cycle. 0 when the last cycle cannot be replayed.
+        """
+        last = self._last
+        if last is None or last.cycle != cycle:
+            return 0
+        node = self.node
+        bound = math.inf
+        for e in self._entries.values():
+            s = e.subtask
+            g = last.granted.get(s.key, 0.0)
+            if g <= 0:
+                continue
+            cores = s.demand.cpu if s.demand is not None else 1.0
+            floor = max(min(cores, node.cores) * node.speed_mhz * cycle, s.expected_rate * cycle)
+            bound = min(bound, (s.remaining - floor) / g)
+        if bound == math.inf:
+            return 1 << 30
+        return max(0, int(bound))
+
+    def fast_forward(self, cycles: int, cycle: float, real_time: float) -> CycleResult:
+        """Replay the last cycle ``cycles`` times at once, ending at ``real_time`` (s).
+
+        Exact (up to rounding) when ``cycles <= quiet_cycles(cycle)``: each entry gets
+        ``cycles`` times its last grant and its virtual clock moves by eq. (4) over the
+        whole span. One progress report per QoS subtask covers the span.
+        """
+        last = self._last
+        if last is None or cycles < 1 or cycles > self.quiet_cycles(cycle):
+            raise ValueError(f"fast_forward: {cycles} cycles cannot be replayed exactly")
+        entries = [e for e in self._entries.values() if not e.subtask.finished]
+        result = self._account(
+            real_time,
+            cycle,
+            entries,
+            last.granted,
+            last.queue_cpu,
+            last.virtual_idle,
+            last.lent,
+            self.node.cpu_rate * cycle,
+            repeat=cycles,
+        )
+        assert not result.finished, "fast_forward went past a subtask's finish"
+        return result
 
     def _split_queues(
         self, capacity: float, demand: Mapping[QueueName, float]
@@ -356,17 +429,21 @@ class LocalScheduler:
         virtual_idle: float,
         lent: float,
         capacity: float,
+        repeat: int = 1,
     ) -> CycleResult:
+        """Book ``repeat`` identical cycles of ``cycle`` s whose per-cycle grants are
+        ``granted`` (Mcycles); the result reports totals over the span."""
+        m = float(repeat)
         grants: list[Grant] = []
         reports: list[ProgressReport] = []
         finished: list[tuple[str, int]] = []
         used = 0.0
         for e in entries:
             s = e.subtask
-            g = granted.get(s.key, 0.0)
-            # Expected work this cycle (x in eq. 4): the admitted rate, but never more
+            # Expected work per cycle (x in eq. 4): the admitted rate, but never more
             # than the work left, so a subtask finishing mid-cycle is not "late".
-            x = min(s.expected_rate * cycle, s.remaining)
+            x = min(s.expected_rate * cycle, s.remaining) * m
+            g = granted.get(s.key, 0.0) * m
             s.done_work += g
             used += g
             tv = e.clock.advance(real_time, x, g) if x > 0 else e.clock.advance(real_time, 0.0, 0.0)
@@ -398,9 +475,9 @@ class LocalScheduler:
             grants=tuple(grants),
             reports=tuple(reports),
             finished=tuple(finished),
-            queue_cpu=dict(queue_cpu),
-            virtual_idle=virtual_idle,
-            lent_to_best_effort=lent,
+            queue_cpu={q: c * m for q, c in queue_cpu.items()},
+            virtual_idle=virtual_idle * m,
+            lent_to_best_effort=lent * m,
             used=used,
-            capacity=capacity,
+            capacity=capacity * m,
         )
