@@ -57,7 +57,8 @@ def lp_level(d: np.ndarray, w: np.ndarray, before: np.ndarray) -> tuple[float, n
         method="highs", options=HIGHS_OPTIONS)
     assert first.status == 0, first.message
     level = float(first.x[-1])
-    bounds[-1] = (level * (1 - 1e-10), None)
+    # Slack so that the second LP stays feasible within the solver's tolerances.
+    bounds[-1] = (level * (1 - 1e-9), None)
     second = scipy_optimize.linprog(
         c=np.concatenate([np.ones(k), [0.0]]), A_ub=a_ub, b_ub=b_ub, bounds=bounds,
         method="highs", options=HIGHS_OPTIONS)
@@ -88,7 +89,10 @@ def test_same_level_as_the_lp_at_every_arrival(
 @given(arrivals())
 def test_chain_of_lps_matches_dmfa(instance: tuple[list[list[float]], list[float]]) -> None:
     """An independent chain: each LP starts from the previous LP's least allocation, never
-    from DMFA-SRQ's. Levels agree at every arrival and allocations never decrease."""
+    from DMFA-SRQ's. Levels agree at every arrival and allocations never decrease. The
+    tolerance is looser than above: the solver's error in one allocation frees (or takes)
+    capacity that the next arrival's level magnifies by up to ``W_k / w_k``, along the
+    chain."""
     demands, shares = instance
     run = dmfa_srq(demands, shares)
     d = np.array([[v / max(row) for v in row] for row in demands])
@@ -96,6 +100,6 @@ def test_chain_of_lps_matches_dmfa(instance: tuple[list[list[float]], list[float
     before = np.zeros(0)
     for k in range(1, len(shares) + 1):
         level, least = lp_level(d[:k], w[:k], np.concatenate([before, [0.0]]))
-        assert run[k - 1].level == pytest.approx(level, rel=1e-7)
+        assert run[k - 1].level == pytest.approx(level, rel=1e-6)
         assert np.all(least[:-1] >= before * (1 - 1e-9))
         before = least
