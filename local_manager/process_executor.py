@@ -64,9 +64,11 @@ from pathlib import Path
 
 #: Default duty-cycle period (s): run/stop decisions are taken this often.
 DEFAULT_PERIOD_S = 0.02
-#: Default interval (s) between full ``/proc`` scans for new group members (a scan reads
-#: every process on the machine: about 2-3 ms per 100 processes).
-DEFAULT_RESCAN_S = 0.25
+#: Default interval (s) between full ``/proc`` scans (a scan reads every process on the
+#: machine, about 1-3 ms per 100 processes). In between, new members are found through
+#: the ``children`` lists of the known ones; a full scan also finds members re-parented
+#: away from the group's tree (orphans).
+DEFAULT_RESCAN_S = 1.0
 #: Default time (s) between SIGTERM and SIGKILL.
 DEFAULT_GRACE_S = 2.0
 #: cgroup v2 bandwidth period (µs) written to ``cpu.max``.
@@ -268,6 +270,14 @@ class ProcFs:
         data = self._read(pid)
         return parse_proc_stat(data, f"{self._root_s}/{pid}/stat") if data else None
 
+    def children(self, pid: int) -> list[int]:
+        """Children of ``pid``'s main thread (``task/<pid>/children``); [] if unavailable."""
+        try:
+            with open(f"{self._root_s}/{pid}/task/{pid}/children", "rb") as f:
+                return [int(c) for c in f.read().split()]
+        except OSError:
+            return []
+
     def pids(self) -> list[int]:
         """Every pid listed under the root, ascending (parents tend to come first)."""
         try:
@@ -294,9 +304,12 @@ class ProcFs:
 class GroupCpuMeter:
     """Cumulative CPU time of one process group (x-bar's source), in clock ticks.
 
-    :meth:`scan` lists the whole proc file system (finds new members; about 1 ms per 100
-    processes); :meth:`refresh` re-reads only the members already known (cheap). A member
-    reaped by this process is handed to :meth:`retire` first, so its time is kept.
+    :meth:`scan` lists the whole proc file system (finds every member; about 1-3 ms per
+    100 processes); :meth:`refresh` re-reads the members already known and follows their
+    ``/proc/<pid>/task/<pid>/children`` lists to new ones (cheap; misses orphans and
+    children forked by non-main threads until the next scan, which then counts their
+    whole CPU time). A member reaped by this process is handed to :meth:`retire` first,
+    so its time is kept.
     """
 
     def __init__(self, procfs: ProcFs, pgid: int) -> None:
@@ -318,12 +331,23 @@ class GroupCpuMeter:
         return members
 
     def refresh(self) -> None:
-        """Re-read the known members; drop those gone or no longer in the group."""
+        """Re-read the known members and their descendants; drop those gone or no longer
+        in the group (or whose pid now belongs to a process started at another time)."""
         fresh: dict[int, ProcStat] = {}
-        for pid, old in self._members.items():
+        todo = list(self._members)
+        while todo:
+            pid = todo.pop()
+            if pid in fresh:
+                continue
             st = self.procfs.read_stat(pid)
-            if st is not None and st.pgrp == self.pgid and st.starttime == old.starttime:
-                fresh[pid] = st
+            if st is None or st.pgrp != self.pgid:
+                continue
+            old = self._members.get(pid)
+            if old is not None and old.starttime != st.starttime:
+                continue
+            fresh[pid] = st
+            if not st.is_zombie:
+                todo.extend(self.procfs.children(pid))
         self._members = fresh
         self._update()
 
@@ -546,6 +570,11 @@ class DutyCyclePacer:
         self._sample_cpu, self._sample_run = cpu_s, run
         if self._rate_wall >= _RATE_MIN_WALL_S:
             self.rate = min(self.max_rate, max(0.05, self._rate_cpu / self._rate_wall))
+
+    def decision_due(self, now: float) -> bool:
+        """True if a tick at ``now`` uses its CPU reading (a period starts or the cycle
+        ends); other ticks only switch the group off and may pass a stale reading."""
+        return now >= self._period_end or now >= self._end
 
     def tick(self, now: float, cpu_s: float) -> float | None:
         """Decide at time ``now`` given the group's CPU reading ``cpu_s`` (CPU-s).
@@ -902,10 +931,9 @@ class ProcessExecutor:
             self._cycle_end = now + cycle_s
             if self._state is not ExecutorState.RUNNING or self._check_exit():
                 return
-            # The previous cycle's closing scan is usually only moments old.
-            self._measure(now, full=now - self._last_scan >= self.period_s)
             if self.mode is LimitMode.CGROUP_V2:
                 assert self._cgroup is not None and self._meter is not None
+                self._measure(now, full=now - self._last_scan >= self.rescan_s)
                 try:
                     self._cgroup.set_share(self._share)
                     # Children forked since the last cycle are in the cgroup already
@@ -932,7 +960,10 @@ class ProcessExecutor:
             if self._state is not ExecutorState.RUNNING or self._check_exit():
                 return None
             now = self._clock()
-            self._measure(now, full=now - self._last_scan >= self.rescan_s)
+            full = now - self._last_scan >= self.rescan_s
+            if full or (self.mode is LimitMode.DUTY_CYCLE and self._pacer.decision_due(now)):
+                # Off-switches need no reading; in cgroup mode only end_cycle needs one.
+                self._measure(now, full=full)
             if self.mode is LimitMode.DUTY_CYCLE:
                 assert self._meter is not None
                 nxt = self._pacer.tick(now, self._meter.total_s)
@@ -950,7 +981,7 @@ class ProcessExecutor:
             now = self._clock()
             run_s = 0.0
             if self._state is ExecutorState.RUNNING and not self._check_exit():
-                self._measure(now, full=True)
+                self._measure(now, full=now - self._last_scan >= self.rescan_s)
                 if self.mode is LimitMode.DUTY_CYCLE:
                     run_s = self._pacer.finish(now)
                     self._set_stopped(True)
@@ -1061,11 +1092,12 @@ class ProcessExecutor:
         """If the leader has exited, finish the group and return True."""
         assert self._popen is not None
         try:
-            info = os.waitid(os.P_PID, self._popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            # WNOWAIT: leave it a zombie, so that its final CPU times can still be read.
+            flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+            if os.waitid(os.P_PID, self._popen.pid, flags) is None:
+                return False
         except ChildProcessError:
-            info = True  # someone else reaped it: it has exited all the same
-        if info is None:
-            return False
+            pass  # someone else reaped it: it has exited all the same
         self._shutdown(ExecutorState.FINISHED, self.grace_s)
         return True
 

@@ -237,6 +237,25 @@ def test_meter_counts_children_zombies_and_retired_members(tmp_path: Path) -> No
     assert meter.total_ticks == 38 + 8
 
 
+def test_refresh_follows_children_lists_to_new_members(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path / "proc")
+    meter = GroupCpuMeter(ProcFs(proc.root, clk_tck=100), 100)
+    proc.put(100, pgrp=100, utime=10)
+    meter.scan()
+    # 100 forks 101 (same group) and 102, which moved itself to another group; 101
+    # forks 103.
+    proc.put(101, pgrp=100, ppid=100, utime=4)
+    proc.put(102, pgrp=102, ppid=100, utime=50)
+    proc.put(103, pgrp=100, ppid=101, utime=2)
+    for parent, kids in ((100, "101 102"), (101, "103")):
+        task = proc.root / str(parent) / "task" / str(parent)
+        task.mkdir(parents=True)
+        (task / "children").write_text(kids + " ")
+    meter.refresh()
+    assert sorted(m.pid for m in meter.members) == [100, 101, 103]
+    assert meter.total_ticks == 16
+
+
 def test_meter_is_monotone_when_a_member_vanishes_mid_read(tmp_path: Path) -> None:
     proc = FakeProc(tmp_path / "proc")
     meter = GroupCpuMeter(ProcFs(proc.root, clk_tck=100), 100)
