@@ -42,15 +42,20 @@ def _water_fill(capacity: float, d: tuple[float, ...], w: tuple[float, ...]) -> 
     if sum(d) <= capacity:
         return d
     order = sorted(range(n), key=lambda i: d[i] / w[i])
+    # Weight of the users from position k on, summed from the back: subtracting served
+    # weights from the total would leave a tiny weight after large ones as a difference of
+    # large numbers, and the shares would overshoot the capacity.
+    weight_from = [0.0] * (n + 1)
+    for k in range(n - 1, -1, -1):
+        weight_from[k] = weight_from[k + 1] + w[order[k]]
     alloc = [0.0] * n
     remaining = capacity
-    weight_left = math.fsum(w)
     for k, i in enumerate(order):
+        weight_left = weight_from[k]
         # d_i / w_i <= remaining / weight_left, multiplied out to avoid a division.
         if d[i] * weight_left <= remaining * w[i]:
             alloc[i] = d[i]
             remaining -= d[i]
-            weight_left -= w[i]
         else:
             level = remaining / weight_left  # resource units per unit of weight
             for j in order[k:]:
