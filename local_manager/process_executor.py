@@ -32,8 +32,11 @@ Measuring
     plus the final figures of members this executor reaped itself (read from the zombie
     before reaping). A member reaped by another member is in that member's ``cutime``. The
     leader's exit is detected with ``waitid(WNOWAIT)`` so its final times are read before it
-    is reaped. Processes that vanish between listing and reading are skipped; the cumulative
-    figure is kept monotone (a reading race can only make it lag, never go back).
+    is reaped. Members are found by a full scan of ``/proc`` once a second (and at
+    start, finish and cancel) and in between through the ``children`` lists of the known
+    ones. Processes that vanish between listing and reading are skipped. Parents are read
+    before their children, so a member reaped during a reading is missed for that reading
+    rather than counted twice; the cumulative figure is kept monotone.
 
 Cleanup
     On finish (the leader exits), on :meth:`ProcessExecutor.cancel`, on ``close()``, on
@@ -57,6 +60,7 @@ import subprocess
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -334,9 +338,11 @@ class GroupCpuMeter:
         """Re-read the known members and their descendants; drop those gone or no longer
         in the group (or whose pid now belongs to a process started at another time)."""
         fresh: dict[int, ProcStat] = {}
-        todo = list(self._members)
+        # Parents before children (ascending pids, then each one's children after it):
+        # a child reaped between the two reads is then missed once, not counted twice.
+        todo = deque(sorted(self._members))
         while todo:
-            pid = todo.pop()
+            pid = todo.popleft()
             if pid in fresh:
                 continue
             st = self.procfs.read_stat(pid)
