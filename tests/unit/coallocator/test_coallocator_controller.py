@@ -46,8 +46,7 @@ def job(
         e_t,
         a_t,
         tuple(
-            SubtaskState(i, nodes[i], tvs[i], rs[i], weights[i], virtual[i])
-            for i in range(len(rs))
+            SubtaskState(i, nodes[i], tvs[i], rs[i], weights[i], virtual[i]) for i in range(len(rs))
         ),
     )
 
@@ -284,9 +283,7 @@ def test_weights_never_negative_and_weight_conserved_over_many_periods(
     nodes = ["a", "b", "c"]
     node_slack = dict(zip(nodes, slack))
     # Mutable state: per job, per subtask [T_V, r, weight, virtual, node].
-    state = [
-        [[1000.0 + off, r, r, 0.0, nodes[n]] for off, r, n in subs] for subs in rows
-    ]
+    state = [[[1000.0 + off, r, r, 0.0, nodes[n]] for off, r, n in subs] for subs in rows]
     real = 1000.0
     for step, drift in enumerate(drifts):
         real += 10.0
@@ -321,9 +318,7 @@ def test_weights_never_negative_and_weight_conserved_over_many_periods(
                 s[2], s[3] = ch.weight, ch.virtual_weight
         for n in nodes:
             assert reply.node_slack[n] >= 0.0
-            assert reply.node_slack[n] == pytest.approx(
-                node_slack[n] - taken.get(n, 0.0), abs=1e-9
-            )
+            assert reply.node_slack[n] == pytest.approx(node_slack[n] - taken.get(n, 0.0), abs=1e-9)
         node_slack = dict(reply.node_slack)
         # Clocks move on: each subtask drifts by its own amount plus the period.
         for j, subs in enumerate(state):
