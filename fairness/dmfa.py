@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, overload
 
 import numpy as np
 
@@ -67,6 +67,10 @@ __all__ = [
     "dmfa_srq_policy",
     "static_weighted_drf",
 ]
+
+#: Demand matrices and share vectors: sequences of numbers or numpy arrays.
+Matrix: TypeAlias = "Sequence[Sequence[float]] | np.ndarray"
+Vector: TypeAlias = "Sequence[float] | np.ndarray"
 
 #: Shares may sum to at most ``1 + SHARE_SUM_TOLERANCE``: shares drawn at random and
 #: normalised to sum to 1 can land an ulp or two above 1.
@@ -126,7 +130,7 @@ class AllocationMetrics:
     utilization: tuple[float, ...]
 
 
-def allocation_metrics(allocation: PoolAllocation, shares: Sequence[float]) -> AllocationMetrics:
+def allocation_metrics(allocation: PoolAllocation, shares: Vector) -> AllocationMetrics:
     """The seed's evaluation figures for ``allocation``; ``shares`` are the users' ``w_i`` in
     arrival order (at least ``allocation.users`` of them; extra ones are ignored)."""
     k = allocation.users
@@ -224,7 +228,7 @@ class DmfaSrq:
 
     # -- arrivals ----------------------------------------------------------------------
 
-    def add_user(self, demand: Sequence[float], share: float) -> PoolAllocation:
+    def add_user(self, demand: Vector, share: float) -> PoolAllocation:
         """User ``k+1`` arrives with per-task ``demand`` (fractions of each pool, in
         ``[0, 1]``, not all zero) and ``share`` (``w > 0``, fraction of every pool it
         brings). Returns the allocation of every present user after the arrival.
@@ -406,7 +410,7 @@ def _check_instance(
     return d, w
 
 
-def dmfa_srq(demands: Sequence[Sequence[float]], shares: Sequence[float]) -> DmfaSrqRun:
+def dmfa_srq(demands: Matrix, shares: Vector) -> DmfaSrqRun:
     """DMFA-SRQ over a whole arrival sequence: user ``i`` (0-based) arrives ``i``-th.
 
     ``demands[i]``: per-task demand of user ``i``, fractions of each resource's pool, in
@@ -424,9 +428,7 @@ def dmfa_srq(demands: Sequence[Sequence[float]], shares: Sequence[float]) -> Dmf
     return DmfaSrqRun(demands=d, shares=w, levels=online.levels)
 
 
-def static_weighted_drf(
-    demands: Sequence[Sequence[float]], shares: Sequence[float]
-) -> PoolAllocation:
+def static_weighted_drf(demands: Matrix, shares: Vector) -> PoolAllocation:
     """The comparator of the seed's evaluation: static weighted DRF with every user present.
 
     Same conventions as :func:`dmfa_srq`. The present users may use ``W = sum(shares)`` of
