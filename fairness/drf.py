@@ -52,6 +52,9 @@ FIT_SLACK = 1e-9
 
 # Relative tolerance for resources saturating "at the same level" in the fluid form.
 _SAME_LEVEL = 1e-12
+# Fluid form: a fill rate kept by subtraction is summed afresh once it falls below this
+# fraction of its last exact value (bounds the cancellation error to ~n * 1e-13).
+_RECOMPUTE = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,16 +221,14 @@ def _fluid_filling(
     frozen_use = [0.0] * m
     saturated = [False] * m
 
-    def rates() -> list[float]:
-        r = [0.0] * m
-        for i in active:
-            inv = 1.0 / delta[i]
-            for j, v in enumerate(dem[i]):
-                if v > 0.0:
-                    r[j] += v * inv
-        return r
+    def rate_of(j: int) -> float:
+        return math.fsum(dem[i][j] / delta[i] for i in active if dem[i][j] > 0.0)
 
-    rate = rates()
+    rate = [rate_of(j) for j in range(m)]
+    # A rate is kept up to date by subtraction on cap events; when it has shrunk to a
+    # small fraction of the last exact value, the difference has lost digits (a tiny
+    # weight left after large ones), so it is summed afresh.
+    exact = list(rate)
     while active:
         t_res = math.inf
         for j in range(m):
@@ -238,6 +239,7 @@ def _fluid_filling(
         t_cap = by_cap[next_cap][0] if next_cap < len(by_cap) else math.inf
         if t_cap <= t_res:
             # Freeze every active user whose cap is reached at this level.
+            touched: set[int] = set()
             while next_cap < len(by_cap) and by_cap[next_cap][0] <= t_cap:
                 i = by_cap[next_cap][1]
                 next_cap += 1
@@ -245,11 +247,15 @@ def _fluid_filling(
                     continue
                 is_active[i] = False
                 x[i] = caps[i]
-                inv = 1.0 / delta[i]
                 for j, v in enumerate(dem[i]):
                     if v > 0.0:
                         frozen_use[j] += v * caps[i]
-                        rate[j] = max(rate[j] - v * inv, 0.0)
+                        rate[j] = max(rate[j] - v / delta[i], 0.0)
+                        touched.add(j)
+            active = [i for i in active if is_active[i]]
+            for j in touched:
+                if rate[j] < exact[j] * _RECOMPUTE:
+                    rate[j] = exact[j] = rate_of(j)
         else:
             if t_res == math.inf:  # pragma: no cover - every active user needs something
                 raise AssertionError("fluid DRF: no event ahead with active users")
@@ -269,9 +275,8 @@ def _fluid_filling(
             active = [i for i in active if is_active[i]]
             frozen_use = [math.fsum(x[i] * dem[i][j] for i in range(n) if not is_active[i])
                           for j in range(m)]
-            rate = rates()
-            continue
-        active = [i for i in active if is_active[i]]
+            rate = [rate_of(j) for j in range(m)]
+            exact = list(rate)
     return x
 
 

@@ -346,3 +346,34 @@ def test_allocator_errors() -> None:
         alloc.add_user("c", [1])
     assert alloc.users == ("a", "b")
     assert alloc.dominant_share("a") == pytest.approx(3 / 4)
+
+
+# --- precision: weights many orders of magnitude apart ------------------------------------
+
+def test_fluid_tiny_weight_after_a_large_capped_one_gets_exactly_the_rest() -> None:
+    # The local queues give a "zero" weight of 1e-9 next to weights of tens of Mcycles/s.
+    r = drf([99.0], [[1.0], [1.0]], [32.0, 1e-9], [1, 100], divisible=True)
+    assert r.tasks[0] == 1.0
+    assert r.tasks[1] == pytest.approx(98.0, rel=1e-12)
+    assert r.usage[0] <= 99.0 * (1 + 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), m=st.integers(1, 3), n=st.integers(1, 8))
+def test_fluid_never_exceeds_capacity_with_extreme_weight_ratios(
+    data: st.DataObject, m: int, n: int
+) -> None:
+    capacity = data.draw(st.lists(st.floats(1.0, 1e4), min_size=m, max_size=m))
+    demands = [data.draw(st.lists(st.one_of(st.just(0.0), st.floats(1e-3, 100)),
+                                  min_size=m, max_size=m)) for _ in range(n)]
+    for row in demands:
+        if not any(row):
+            row[0] = 1.0
+    weights = data.draw(st.lists(st.one_of(st.floats(1e-9, 1e-6), st.floats(1.0, 1e3)),
+                                 min_size=n, max_size=n))
+    caps = data.draw(st.lists(st.one_of(st.none(), st.floats(0, 200)), min_size=n, max_size=n))
+    r = drf(capacity, demands, weights, caps, divisible=True)
+    for used, c in zip(r.usage, capacity):
+        assert used <= c * (1 + 1e-12)
+    for x, cap in zip(r.tasks, caps):
+        assert 0.0 <= x <= (math.inf if cap is None else cap)
