@@ -41,12 +41,13 @@ Measuring
 Cleanup
     On finish (the leader exits), on :meth:`ProcessExecutor.cancel`, on ``close()``, on
     garbage collection and at interpreter exit the group gets SIGCONT, SIGTERM, a grace
-    period, then SIGKILL, and every member is reaped. By default the owning process becomes
-    a child subreaper (``PR_SET_CHILD_SUBREAPER``) so that orphaned members are re-parented
-    to it and reaped here even where PID 1 does not reap. A SIGKILL of the owning process
-    itself runs no cleanup (no code can); every subtask process therefore carries
-    ``COALLOC_EXECUTOR_OWNER`` in its environment, and :func:`reap_stale_subtasks` (called
-    by a new owner at start-up) kills those whose owner is gone.
+    period, then SIGKILL, and every member is reaped. By default the owning process is a
+    child subreaper (``PR_SET_CHILD_SUBREAPER``) while it has running subtasks, so that
+    orphaned members are re-parented to it and reaped here even where PID 1 does not reap.
+    A SIGKILL of the owning process itself runs no cleanup (no code can); every subtask
+    process therefore carries ``COALLOC_EXECUTOR_OWNER`` in its environment, and
+    :func:`reap_stale_subtasks` (called by a new owner at start-up) kills those whose owner
+    is gone.
 """
 
 from __future__ import annotations
@@ -621,24 +622,42 @@ class DutyCyclePacer:
 # --------------------------------------------------------------------------- executor
 
 _SUBREAPER_LOCK = threading.Lock()
-_subreaper: bool | None = None
+_subreaper_users = 0
 
 
-def become_child_subreaper() -> bool:
+def _prctl_subreaper(on: bool) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def acquire_child_subreaper() -> bool:
     """Make this process the reaper of its orphaned descendants (Linux); True on success.
 
-    Done once per process. Without it, members orphaned by their parent's death go to
-    PID 1, which in some containers never reaps them.
+    Counted: the attribute stays on until every acquirer has called
+    :func:`release_child_subreaper`. While it is on, members orphaned by their parent's
+    death come back to this process to be reaped instead of going to PID 1 (which in some
+    containers never reaps); so do orphans of any other child of this process, which is
+    why it is on only while subtasks run.
     """
-    global _subreaper
+    global _subreaper_users
     with _SUBREAPER_LOCK:
-        if _subreaper is None:
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-            except (OSError, AttributeError):
-                _subreaper = False
-        return _subreaper
+        if _subreaper_users == 0 and not _prctl_subreaper(True):
+            return False
+        _subreaper_users += 1
+        return True
+
+
+def release_child_subreaper() -> None:
+    """Undo one successful :func:`acquire_child_subreaper`."""
+    global _subreaper_users
+    with _SUBREAPER_LOCK:
+        if _subreaper_users > 0:
+            _subreaper_users -= 1
+            if _subreaper_users == 0:
+                _prctl_subreaper(False)
 
 
 #: Environment variable every subtask process carries: ``<owner pid>:<owner start time>``
@@ -799,6 +818,7 @@ class ProcessExecutor:
         self._group_alive = False
         self._stopped = False
         self._exit_code: int | None = None
+        self._subreaper = False
         self._pacer = DutyCyclePacer(self.period_s, max_rate=self.ncores)
         self._mark_s = 0.0
         self._in_cycle = False
@@ -846,8 +866,8 @@ class ProcessExecutor:
         with self._lock:
             if self._state is not ExecutorState.CREATED:
                 raise RuntimeError(f"start: executor is {self._state.value}, not created")
-            if self.reap_orphans:
-                become_child_subreaper()
+            if self.reap_orphans and not self._subreaper:
+                self._subreaper = acquire_child_subreaper()
             env = dict(self.env if self.env is not None else os.environ)
             env[OWNER_ENV] = owner_marker(self.proc_root)
             out = err = None
@@ -1153,6 +1173,9 @@ class ProcessExecutor:
             self._cgroup.remove()
         self._state = final
         _LIVE.discard(self)
+        if self._subreaper:
+            self._subreaper = False
+            release_child_subreaper()
 
 
 def _parse_mode(mode: LimitMode | str | None) -> LimitMode | None:

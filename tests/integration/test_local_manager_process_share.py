@@ -15,6 +15,7 @@ fails.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import os
 import subprocess
@@ -31,8 +32,9 @@ from local_manager.process_executor import (
     LimitMode,
     ProcessExecutor,
     ProcFs,
-    become_child_subreaper,
+    acquire_child_subreaper,
     reap_stale_subtasks,
+    release_child_subreaper,
 )
 
 pytestmark = pytest.mark.integration
@@ -104,6 +106,13 @@ def group_states_settle(pgid: int) -> set[str]:
     return states
 
 
+def is_child_subreaper() -> bool:
+    """PR_GET_CHILD_SUBREAPER (37) for this process."""
+    flag = ctypes.c_int(0)
+    assert ctypes.CDLL(None).prctl(37, ctypes.byref(flag), 0, 0, 0) == 0
+    return bool(flag.value)
+
+
 def assert_group_gone(pgid: int) -> None:
     assert ProcFs().group(pgid) == [], "a member of the group is still in /proc"
     with pytest.raises(ProcessLookupError):
@@ -157,12 +166,14 @@ def test_children_are_accounted_and_cancel_kills_the_whole_group(tmp_path: Path)
     pgid = ex.pgid
     assert pgid is not None
     usages = [ex.run_cycle(0.5, 0.4) for _ in range(3)]
+    assert is_child_subreaper()  # while a subtask runs, its orphans come back to us
     members = ProcFs().group(pgid)
     assert len(members) == 3  # the leader and its two children, all in the group
     ex.cancel()
     assert ex.state is ExecutorState.CANCELLED
     assert_group_gone(pgid)
     assert ex.leftover_pids == ()
+    assert not is_child_subreaper()  # and only then
     for m in members:
         st = ProcFs().read_stat(m.pid)
         assert st is None or st.pgrp != pgid
@@ -288,7 +299,6 @@ def test_interpreter_exit_kills_the_group(tmp_path: Path) -> None:
 def test_subtasks_of_a_sigkilled_owner_are_found_and_killed(tmp_path: Path) -> None:
     # SIGKILL runs no cleanup in the owner: its subtask survives, stopped. A later owner's
     # sweep must find it by its environment marker and kill it.
-    become_child_subreaper()  # the orphan comes to us, so that we can reap it afterwards
     code = textwrap.dedent(
         """
         import os, signal
@@ -299,14 +309,19 @@ def test_subtasks_of_a_sigkilled_owner_are_found_and_killed(tmp_path: Path) -> N
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
-    owner = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=30)
-    assert owner.returncode == -9
-    pgid = int(owner.stdout.strip())
-    assert [m.state for m in ProcFs().group(pgid)] == ["T"]  # left behind, stopped
-    killed = reap_stale_subtasks()
-    assert pgid in killed
-    os.waitpid(pgid, 0)  # re-parented to this process (subreaper): reap it
+    assert acquire_child_subreaper()  # the orphan comes to us, so that we can reap it
+    try:
+        owner = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=30
+        )
+        assert owner.returncode == -9
+        pgid = int(owner.stdout.strip())
+        assert [m.state for m in ProcFs().group(pgid)] == ["T"]  # left behind, stopped
+        killed = reap_stale_subtasks()
+        assert pgid in killed
+        os.waitpid(pgid, 0)  # re-parented to this process (subreaper): reap it
+    finally:
+        release_child_subreaper()
     assert_group_gone(pgid)
 
 
