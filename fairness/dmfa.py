@@ -108,11 +108,6 @@ class PoolAllocation:
         ``usage``)."""
         return self.usage
 
-    def resources(self, i: int, demand: Sequence[float]) -> tuple[float, ...]:
-        """Resources held by user ``i`` given its per-task demand ``D_i``: ``tasks_i * D_ij``
-        per resource, as fractions of the pools."""
-        return tuple(self.tasks[i] * float(v) for v in demand)
-
 
 @dataclass(frozen=True, slots=True)
 class AllocationMetrics:
