@@ -392,3 +392,25 @@ def test_cgroup_mode_wiring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         ("add", [pid]),
         ("remove", None),
     ]
+
+
+def test_a_member_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    code = (
+        "import signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "open(sys.argv[1], 'w').close()\ntime.sleep(60)"
+    )
+    ex = ProcessExecutor(
+        [sys.executable, "-c", code, str(ready)], speed_mhz=SPEED_MHZ, grace_s=0.2
+    )
+    ex.start()
+    pgid = ex.pgid
+    assert pgid is not None
+    for _ in range(100):  # let it install its handler
+        ex.run_cycle(1.0, 0.05)
+        if ready.exists():
+            break
+    ex.cancel()
+    assert ex.state is ExecutorState.CANCELLED
+    assert ex.exit_code == -9  # SIGKILL, not SIGTERM
+    assert_group_gone(pgid)
