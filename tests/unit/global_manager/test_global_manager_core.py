@@ -1,0 +1,240 @@
+"""GlobalManagerCore: expected rates, all-or-nothing admission, the parallelism split rule,
+cancel and finish releasing budget, seeded placement; the policy registry."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from global_manager.core import GlobalConfig, GlobalManagerCore
+from global_manager.policies import PolicyName, get_policy, policies
+from local_manager.scheduler import VirtualSubtaskMode
+from workloads.model import Demand, JobSpec, Node, QosClass, SubtaskSpec
+
+# Strict budgets at QoS share 0.5: a 100, b 200, c 300 Mcycles/s (overbooked: x 1.05).
+NODES = (Node("a", 200.0), Node("b", 400.0), Node("c", 600.0))
+
+
+def gm(policy: str = "strict", nodes=NODES, seed: int = 0, **kw: object) -> GlobalManagerCore:
+    return GlobalManagerCore(
+        nodes, get_policy(policy, **kw), GlobalConfig(25.0, 0.5), random.Random(seed)
+    )
+
+
+def strict(*weights: float, work: float = 1000.0, name: str = "s", **kw: object) -> JobSpec:
+    return JobSpec(
+        name=name,
+        qos=QosClass.STRICT,
+        subtasks=tuple(SubtaskSpec(work=work * w, weight=w) for w in weights),
+        overall_deviation=100.0,
+        asynchrony=100.0,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_expected_rates_weights_and_commitments() -> None:
+    g = gm()
+    adm = g.submit(strict(1.0, 2.0), now=5.0)
+    assert adm.admitted and adm.reason == ""
+    s0, s1 = adm.subtasks
+    # x_i = r_i * u_t with u_t = 25 Mcycles/s per weight unit; weight starts at x_i.
+    assert (s0.expected_rate, s0.weight, s1.expected_rate, s1.weight) == (25.0, 25.0, 50.0, 50.0)
+    assert (s0.relative_weight, s0.work, s0.start_time, s0.qos) == (
+        1.0,
+        1000.0,
+        5.0,
+        QosClass.STRICT,
+    )
+    assert s0.demand == Demand()
+    # Largest subtask to the node with most free budget.
+    assert (s1.node, s0.node) == ("c", "b")
+    assert g.committed_view() == {"a": 0.0, "b": 25.0, "c": 50.0}
+    assert g.jobs[adm.job_id].running == {0, 1}
+
+
+def test_target_duration_sets_the_rate_per_weight() -> None:
+    # w / r = 1000 and 1500 Mcycles per weight unit; D_t = 100 s: u_t = 15 Mcycles/s.
+    spec = JobSpec(
+        "d",
+        QosClass.STRICT,
+        (SubtaskSpec(1000.0, 1.0), SubtaskSpec(3000.0, 2.0)),
+        overall_deviation=10.0,
+        asynchrony=10.0,
+        duration=100.0,
+    )
+    adm = gm().submit(spec, 0.0)
+    assert [s.expected_rate for s in adm.subtasks] == pytest.approx([15.0, 30.0])
+
+
+def test_all_or_nothing_nothing_committed_when_one_subtask_does_not_fit() -> None:
+    g = gm()
+    g.submit(strict(10.0), 0.0)  # 250 on c: c has 50 left, b 200, a 100
+    before = (dict(g.committed), dict(g.load), dict(g.jobs))
+    adm = g.submit(strict(7.0, 3.0, 3.0), 1.0)  # 175 -> b, 75 -> a, 75 -> c (only 50)
+    assert not adm.admitted and adm.subtasks == ()
+    assert adm.reason == "no free node can take subtask 2 (expected rate 75 Mcycles/s)"
+    assert (dict(g.committed), dict(g.load), dict(g.jobs)) == before
+
+
+def test_strict_versus_five_percent_overbooking_on_a_node_at_the_limit() -> None:
+    one = (Node("a", 400.0),)  # strict budget 200, overbooked 210 Mcycles/s
+    for policy, admitted in (("strict", False), ("sq", True), ("sq_no_overbooking", False)):
+        g = gm(policy, one)
+        assert g.submit(strict(8.0), 0.0).admitted  # 200: exactly the strict budget
+        adm = g.submit(strict(0.4), 1.0)  # 10 more
+        assert adm.admitted is admitted, policy
+        assert g.committed["a"] == pytest.approx(210.0 if admitted else 200.0)
+    g = gm("sq", one)
+    g.submit(strict(8.0), 0.0)
+    assert not g.submit(strict(0.44), 1.0).admitted  # 11 > 10 left even with 5 %
+    # No admission control at all: anything goes.
+    g = gm("none", one)
+    assert all(g.submit(strict(8.0), float(t)).admitted for t in range(5))
+
+
+def test_more_subtasks_than_nodes_is_rejected() -> None:
+    adm = gm().submit(strict(1.0, 1.0, 1.0, 1.0), 0.0)
+    assert (adm.admitted, adm.reason) == (False, "4 subtasks but only 3 nodes")
+
+
+def test_non_strict_jobs_do_not_count_against_the_strict_budget() -> None:
+    g = gm(nodes=(Node("a", 100.0),))
+    loose = JobSpec("l", QosClass.LOOSE, (SubtaskSpec(1.0, 40.0),))
+    best = JobSpec("b", QosClass.BEST_EFFORT, (SubtaskSpec(1.0, 40.0),))
+    assert g.submit(loose, 0.0).admitted and g.submit(best, 0.0).admitted
+    assert g.committed["a"] == 0.0
+    assert g.load["a"] == pytest.approx(2000.0)
+    assert g.submit(strict(2.0), 0.0).admitted  # 50 = the whole strict budget
+
+
+def test_local_jobs_are_pinned_to_their_node() -> None:
+    g = gm()
+    local = JobSpec("x", QosClass.LOCAL, (SubtaskSpec(10.0, 1.0),), node="a")
+    adm = g.submit(local, 0.0)
+    assert [s.node for s in adm.subtasks] == ["a"]
+    assert g.committed["a"] == 0.0 and g.load["a"] == 25.0
+    bad = g.submit(JobSpec("y", QosClass.LOCAL, (SubtaskSpec(10.0, 1.0),), node="zz"), 0.0)
+    assert not bad.admitted and "known node" in bad.reason
+
+
+def test_parallelism_split_weights_follow_free_budget_and_finish_together() -> None:
+    g = gm()
+    g.submit(strict(2.0), 0.0)  # 50 on c: free a 100, b 200, c 250
+    spec = JobSpec(
+        "p",
+        QosClass.STRICT,
+        parallelism=3,
+        total_work=1.1e6,
+        total_weight=11.0,
+        overall_deviation=100.0,
+        asynchrony=100.0,
+    )
+    adm = g.submit(spec, 1.0)
+    assert adm.admitted
+    # Ranked by free budget: c (250), b (200), a (100); r_j = 11 * f_j / 550.
+    assert [s.node for s in adm.subtasks] == ["c", "b", "a"]
+    assert [s.relative_weight for s in adm.subtasks] == pytest.approx([5.0, 4.0, 2.0])
+    assert [s.work for s in adm.subtasks] == pytest.approx([5e5, 4e5, 2e5])
+    assert [s.expected_rate for s in adm.subtasks] == pytest.approx([125.0, 100.0, 50.0])
+    # w_j / r_j equal for all: at their expected rates they finish together.
+    ratios = [s.work / s.relative_weight for s in adm.subtasks]
+    assert ratios == pytest.approx([1e5] * 3)
+    assert sum(s.work for s in adm.subtasks) == pytest.approx(1.1e6)
+
+
+def test_parallelism_split_that_does_not_fit_commits_nothing() -> None:
+    g = gm()
+    spec = JobSpec(
+        "p",
+        QosClass.STRICT,
+        parallelism=2,
+        total_work=1e5,
+        total_weight=30.0,  # 750 Mcycles/s > the 500 free on the two best nodes
+        overall_deviation=1.0,
+        asynchrony=1.0,
+    )
+    adm = g.submit(spec, 0.0)
+    assert not adm.admitted and "no free node can take subtask 0" in adm.reason
+    assert g.committed == {"a": 0.0, "b": 0.0, "c": 0.0}
+
+
+def test_parallelism_split_of_a_best_effort_job_follows_cpu_rate() -> None:
+    spec = JobSpec("p", QosClass.BEST_EFFORT, parallelism=2, total_work=1e4, total_weight=3.0)
+    adm = gm().submit(spec, 0.0)
+    # Least loaded per MHz with no load: ties by name -> a (200 MHz), b (400 MHz).
+    assert [s.node for s in adm.subtasks] == ["a", "b"]
+    assert [s.relative_weight for s in adm.subtasks] == pytest.approx([1.0, 2.0])
+
+
+def test_cancel_releases_the_budget_and_finished_subtasks_release_theirs() -> None:
+    g = gm()
+    adm = g.submit(strict(1.0, 2.0, 3.0), 0.0)
+    assert sum(g.committed.values()) == pytest.approx(150.0)
+    assert g.subtask_finished(adm.job_id, 2) is False
+    assert g.subtask_finished(adm.job_id, 2) is False  # twice: no double release
+    assert sum(g.committed.values()) == pytest.approx(75.0)
+    running = g.cancel(adm.job_id)
+    assert [s.index for s in running] == [0, 1]
+    assert g.committed == {"a": 0.0, "b": 0.0, "c": 0.0}
+    assert g.load == {"a": 0.0, "b": 0.0, "c": 0.0}
+    assert g.jobs[adm.job_id].cancelled
+    with pytest.raises(KeyError):
+        g.cancel("nope")
+    other = g.submit(strict(1.0, 1.0), 1.0)
+    assert g.subtask_finished(other.job_id, 0) is False
+    assert g.subtask_finished(other.job_id, 1) is True
+    assert g.subtask_finished("nope", 0) is False
+
+
+def test_job_ids_and_duplicates() -> None:
+    g = gm()
+    assert g.submit(strict(1.0), 0.0).job_id == "j00001"
+    assert g.submit(strict(1.0, job_id="mine"), 0.0).job_id == "mine"
+    dup = g.submit(strict(1.0, job_id="mine"), 0.0)
+    assert not dup.admitted and "already in use" in dup.reason
+    assert not g.submit(JobSpec("e", QosClass.STRICT), 0.0).admitted
+
+
+def test_random_placement_is_deterministic_under_the_seed() -> None:
+    nodes = tuple(Node(f"n{i}", 1000.0) for i in range(6))
+
+    def placements(seed: int) -> list[tuple[str, ...]]:
+        g = gm("sq", nodes, seed, placement="random")
+        return [
+            tuple(s.node for s in g.submit(strict(1.0, 1.0), float(t)).subtasks) for t in range(6)
+        ]
+
+    assert placements(1) == placements(1)
+    assert placements(1) != placements(2)
+
+
+def test_constructor_and_config_validation() -> None:
+    with pytest.raises(ValueError, match="duplicate node name 'a'"):
+        GlobalManagerCore((Node("a", 1.0), Node("a", 2.0)), get_policy("sq"))
+    with pytest.raises(ValueError, match="at least one node"):
+        GlobalManagerCore((), get_policy("sq"))
+    with pytest.raises(ValueError, match="rate_per_weight"):
+        GlobalConfig(rate_per_weight=0.0)
+    with pytest.raises(ValueError, match="qos_share"):
+        GlobalConfig(qos_share=1.5)
+    g = GlobalManagerCore(NODES, get_policy("sq"))
+    assert g.node_budgets() == pytest.approx({"a": 105.0, "b": 210.0, "c": 315.0})
+
+
+def test_policy_registry() -> None:
+    assert policies.names() == sorted(p.value for p in PolicyName)
+    sq = get_policy("sq")
+    assert (sq.admission, sq.controller, sq.overbooking) == ("overbooking", True, 0.05)
+    assert sq.virtual_mode is VirtualSubtaskMode.IDLE
+    st = get_policy("strict")
+    assert (st.admission, st.controller) == ("strict", False)
+    assert get_policy("none").admission_policy().name == "none"
+    assert get_policy("sq_no_overbooking").controller
+    wc = get_policy("sq_work_conserving")
+    assert wc.virtual_mode is VirtualSubtaskMode.WORK_CONSERVING
+    assert get_policy("sq", overbooking=0.1).admission_policy().budget(100.0, 0.5) == (
+        pytest.approx(55.0)
+    )
+    with pytest.raises(ValueError, match="unknown policy 'fast'"):
+        get_policy("fast")
