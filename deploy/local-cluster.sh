@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# A multi-node Ray cluster on ONE machine: a head and N workers, each a separate raylet
+# with its own CPU count and its own custom resource, so that coalloc sees N+1
+# heterogeneous nodes (one local manager per node).
+#
+#   deploy/local-cluster.sh start N [--dashboard] [--keep-logs]
+#   deploy/local-cluster.sh status
+#   deploy/local-cluster.sh address
+#   deploy/local-cluster.sh stop
+#
+# Nodes:   head      --num-cpus 1       resources {"coalloc_head": 1}
+#          worker i  --num-cpus i+1     resources {"coalloc_node_<i>": 1}     (i = 1..N)
+#
+# Every node runs under its own session (setsid). `stop` ends exactly those sessions:
+# SIGTERM to each `ray start --block` leader (which stops its own Ray processes), then
+# SIGKILL to whatever is still left in those sessions. It never runs `ray stop`, which
+# would kill every Ray process on the machine.
+#
+# Environment:
+#   COALLOC_CLUSTER_DIR   state, logs and Ray temp dir   (default /tmp/coalloc-cluster-<uid>)
+#   COALLOC_NODE_IP       address the nodes bind          (default 127.0.0.1)
+#   COALLOC_OBJECT_STORE  object store bytes per node     (default 100000000)
+#   COALLOC_START_TIMEOUT seconds to wait for all nodes   (default 180)
+#   RAY                   the ray CLI                     (default ray)
+#   PYTHON                python with ray installed       (default python3)
+set -Eeuo pipefail
+
+DIR=${COALLOC_CLUSTER_DIR:-/tmp/coalloc-cluster-$(id -u)}
+NODE_IP=${COALLOC_NODE_IP:-127.0.0.1}
+OBJECT_STORE=${COALLOC_OBJECT_STORE:-100000000}
+START_TIMEOUT=${COALLOC_START_TIMEOUT:-180}
+RAY=${RAY:-ray}
+PYTHON=${PYTHON:-python3}
+STATE="$DIR/cluster.env"
+TEMP_DIR="$DIR/ray"
+
+die() { echo "local-cluster: $*" >&2; exit 2; }
+
+usage() {
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+}
+
+# Print COUNT distinct free TCP ports on NODE_IP (all held open until all are chosen).
+free_ports() {
+    "$PYTHON" - "$1" "$NODE_IP" <<'EOF'
+import socket, sys
+count, host = int(sys.argv[1]), sys.argv[2]
+socks = []
+for _ in range(count):
+    s = socket.socket()
+    s.bind((host, 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+# True if PID is alive and still the leader of its own session (not a recycled pid).
+is_leader() {
+    local pid=$1 sid
+    sid=$(ps -o sid= -p "$pid" 2>/dev/null | tr -d ' ') || return 1
+    [[ "$sid" == "$pid" ]]
+}
+
+# Pids of all processes in session SID (zombies excluded).
+session_members() {
+    ps -eo pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ { print $1 }'
+}
+
+# The state file: shell assignments read back by `source`.
+write_state() {
+    {
+        echo "ADDRESS=$ADDRESS"
+        echo "TEMP_DIR=$TEMP_DIR"
+        echo "PIDS=\"${PIDS# }\""
+        echo "DASHBOARD=$DASHBOARD"
+    } >"$STATE"
+}
+
+load_state() {
+    [[ -f "$STATE" ]] || return 1
+    # shellcheck disable=SC1090
+    source "$STATE"
+}
+
+# Start one node in a new session; print the session leader's pid.
+# Args: name cpus resources-json extra-args...
+start_node() {
+    local name=$1 cpus=$2 resources=$3
+    shift 3
+    local ports pidfile="$DIR/$name.pid"
+    read -r -a ports <<<"$(free_ports 6)"
+    rm -f "$pidfile"
+    # setsid + exec: the pid written is the session leader, which becomes `ray start`.
+    setsid sh -c 'echo $$ > "$0"; exec "$@"' "$pidfile" \
+        "$RAY" start --block --disable-usage-stats \
+        --node-ip-address="$NODE_IP" \
+        --num-cpus="$cpus" --resources="$resources" \
+        --object-store-memory="$OBJECT_STORE" \
+        --node-manager-port="${ports[0]}" --object-manager-port="${ports[1]}" \
+        --dashboard-agent-listen-port="${ports[2]}" \
+        --dashboard-agent-grpc-port="${ports[3]}" \
+        --metrics-export-port="${ports[4]}" --runtime-env-agent-port="${ports[5]}" \
+        --min-worker-port=0 --max-worker-port=0 \
+        "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
+    local waited=0
+    while [[ ! -s "$pidfile" ]]; do
+        sleep 0.1
+        waited=$((waited + 1))
+        [[ $waited -lt 100 ]] || die "$name: did not start (see $DIR/logs/$name.log)"
+    done
+    cat "$pidfile"
+}
+
+# Wait until the cluster at ADDRESS has WANT alive nodes, or the timeout passes.
+# The GCS port must accept connections first: ray.init() would retry for minutes.
+wait_for_nodes() {
+    local address=$1 want=$2
+    timeout --kill-after=10 "$((START_TIMEOUT + 30))" \
+        "$PYTHON" - "$address" "$want" "$START_TIMEOUT" <<'EOF'
+import logging, socket, sys, time
+address, want, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+deadline = time.monotonic() + timeout
+host, port = address.rsplit(":", 1)
+while True:
+    try:
+        socket.create_connection((host, int(port)), timeout=1.0).close()
+        break
+    except OSError as exc:
+        if time.monotonic() > deadline:
+            sys.exit(f"local-cluster: head GCS {address} not reachable: {exc}")
+        time.sleep(0.5)
+import ray
+ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+alive = 0
+while time.monotonic() < deadline:
+    alive = sum(1 for n in ray.nodes() if n["Alive"])
+    if alive >= want:
+        print(f"{alive} nodes alive")
+        sys.exit(0)
+    time.sleep(0.5)
+sys.exit(f"local-cluster: only {alive} of {want} nodes alive after {timeout:g} s")
+EOF
+}
+
+cmd_start() {
+    local n=${1:-}
+    shift || true
+    [[ "$n" =~ ^[0-9]+$ ]] || die "start: N (number of workers) must be an integer >= 0, got '${n}'"
+    local dashboard=false keep=false arg
+    for arg in "$@"; do
+        case "$arg" in
+            --dashboard) dashboard=true ;;
+            --keep-logs) keep=true ;;
+            *) die "start: unknown option '$arg'" ;;
+        esac
+    done
+    command -v "$RAY" >/dev/null || die "the ray CLI ('$RAY') is not installed"
+    if load_state; then
+        local pid
+        for pid in $PIDS; do
+            if is_leader "${pid##*:}"; then
+                die "a cluster is already running at $ADDRESS (state $STATE); stop it first"
+            fi
+        done
+        rm -f "$STATE"
+    fi
+    mkdir -p "$DIR/logs"
+    # Ray puts unix sockets under the temp dir; their paths must stay under 108 bytes.
+    [[ ${#TEMP_DIR} -le 60 ]] || die "COALLOC_CLUSTER_DIR is too long for Ray's unix sockets" \
+        "(${#TEMP_DIR} > 60 characters): $DIR"
+    [[ "$keep" == true ]] || rm -rf "$TEMP_DIR"
+
+    local head_pid gcs_port client_port dash_port dashboard_args=(--include-dashboard=false)
+    read -r gcs_port client_port dash_port <<<"$(free_ports 3)"
+    if [[ "$dashboard" == true ]]; then
+        dashboard_args=(--include-dashboard=true --dashboard-host="$NODE_IP"
+                        --dashboard-port="$dash_port")
+    fi
+    ADDRESS="$NODE_IP:$gcs_port"
+    PIDS=""
+    DASHBOARD=""
+    if [[ "$dashboard" == true ]]; then DASHBOARD="http://$NODE_IP:$dash_port"; fi
+    # Record the state before anything starts so that `stop` can always clean up.
+    write_state
+    trap 'echo "local-cluster: start failed; stopping what was started" >&2; cmd_stop >&2' ERR
+    trap 'echo "local-cluster: interrupted; stopping what was started" >&2; cmd_stop >&2; exit 130' \
+        INT TERM
+
+    head_pid=$(start_node head 1 '{"coalloc_head": 1}' --head --port="$gcs_port" \
+        --ray-client-server-port="$client_port" --temp-dir="$TEMP_DIR" "${dashboard_args[@]}")
+    PIDS="$PIDS head:$head_pid"
+    write_state
+    echo "head      pid $head_pid  cpus 1  resources {\"coalloc_head\": 1}"
+    wait_for_nodes "$ADDRESS" 1 >/dev/null
+
+    local i pid
+    for ((i = 1; i <= n; i++)); do
+        pid=$(start_node "worker$i" $((i + 1)) "{\"coalloc_node_$i\": 1}" --address="$ADDRESS")
+        PIDS="$PIDS worker$i:$pid"
+        write_state
+        echo "worker$i   pid $pid  cpus $((i + 1))  resources {\"coalloc_node_$i\": 1}"
+    done
+    wait_for_nodes "$ADDRESS" $((n + 1))
+    trap - ERR INT TERM
+    echo "address   $ADDRESS"
+    echo "state     $STATE"
+}
+
+cmd_stop() {
+    if ! load_state; then
+        echo "local-cluster: nothing to stop (no state file $STATE)"
+        return 0
+    fi
+    local entry pid leaders=() waited=0
+    # Workers first, the head last: reverse the recorded order.
+    for entry in $PIDS; do leaders=("${entry##*:}" "${leaders[@]}"); done
+    for pid in "${leaders[@]}"; do
+        if is_leader "$pid"; then kill -TERM "$pid" 2>/dev/null || true; fi
+    done
+    # `ray start --block` stops its own processes on SIGTERM; give it 20 s.
+    while ((waited < 200)); do
+        local left=""
+        for pid in "${leaders[@]}"; do left+=$(session_members "$pid"); done
+        [[ -n "$left" ]] || break
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    for pid in "${leaders[@]}"; do
+        local member
+        for member in $(session_members "$pid"); do
+            kill -KILL "$member" 2>/dev/null || true
+        done
+    done
+    rm -f "$STATE" "$DIR"/*.pid
+    echo "stopped ${#leaders[@]} node(s) of $ADDRESS"
+}
+
+cmd_status() {
+    if ! load_state; then
+        echo "not running (no state file $STATE)"
+        return 3
+    fi
+    local entry alive=0 total=0
+    echo "address   $ADDRESS"
+    if [[ -n "${DASHBOARD:-}" ]]; then echo "dashboard $DASHBOARD"; fi
+    for entry in $PIDS; do
+        total=$((total + 1))
+        if is_leader "${entry##*:}"; then
+            alive=$((alive + 1))
+            echo "${entry%%:*}  pid ${entry##*:}  running"
+        else
+            echo "${entry%%:*}  pid ${entry##*:}  NOT running"
+        fi
+    done
+    if ((alive == 0)); then return 3; fi
+    "$RAY" status --address "$ADDRESS" || true
+    ((alive == total)) || return 1
+}
+
+cmd_address() {
+    load_state || die "not running (no state file $STATE)"
+    echo "$ADDRESS"
+}
+
+case "${1:-}" in
+    start) shift; cmd_start "$@" ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    address) cmd_address ;;
+    *) usage ;;
+esac
