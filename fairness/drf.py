@@ -36,7 +36,6 @@ from fairness._validate import (
     check_finite,
     check_length,
     nonneg_matrix,
-    positive_matrix,
     positive_scalar,
     positive_vector,
     rows_not_all_zero,
@@ -104,13 +103,18 @@ def _prepare(
 
 
 def _weight_matrix(weights: Weights | None, n: int, m: int) -> tuple[tuple[float, ...], ...]:
-    """``w_ij`` (> 0) for every user and resource."""
+    """``w_ij`` (> 0) for every user and resource; each user's entry is a scalar weight
+    (the same for every resource) or a vector with one weight per resource."""
     if weights is None:
         return ((1.0,) * m,) * n
     seq = check_length("weights", weights, n, "one per user in demands")
-    if n and all(hasattr(w, "__len__") and not isinstance(w, str) for w in seq):
-        return positive_matrix("weights", seq, n, m, "", "one per resource in capacity")
-    return tuple((w,) * m for w in positive_vector("weights", seq, n, "one per user"))
+    rows: list[tuple[float, ...]] = []
+    for i, w in enumerate(seq):
+        if hasattr(w, "__len__") and not isinstance(w, (str, bytes)):
+            rows.append(positive_vector(f"weights[{i}]", w, m, "one per resource in capacity"))
+        else:
+            rows.append((positive_scalar(f"weights[{i}]", w),) * m)
+    return tuple(rows)
 
 
 def _caps(max_tasks: Sequence[float | None] | None, n: int) -> tuple[float, ...]:
