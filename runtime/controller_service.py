@@ -1,0 +1,289 @@
+"""The co-allocation controller's service loop: :class:`ControllerCore` driven by real time.
+
+No Ray here (:mod:`runtime.actors` wraps it). Reports come from a :class:`ReportSource`
+(the transport's ZeroMQ PULL receiver), commands go to a :class:`CommandSink` (the
+transport's command publisher).
+
+Timing. The control period ``P = control_every * q`` (model s). The period that ends at
+the boundary ``k * P`` is evaluated ``control_lag * q`` model seconds later, once the local
+managers' reports for that boundary are in; ``control_period`` is called with
+``T_R = k * P`` (the time those reports describe), exactly as the simulator calls it after
+stepping every node to ``k * P``. The commands reach the local managers before their next
+boundary and so act on the cycle ending at ``k * P + q``, again as in the simulator.
+Reports are ingested as they arrive; duplicates (same node, incarnation and sequence
+number, or an older sequence number) are ignored and counted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from coallocator.core import ControllerCore
+from coallocator.messages import ProgressReport, ReweightCommand
+from coallocator.phase_log import PeriodRecord, PhaseLogWriter, SummaryRecord
+from runtime.config import RuntimeConfig
+from runtime.timebase import ModelClock, boundary_index
+from workloads.model import QosClass
+
+#: Missed control periods run one by one when the loop is late; beyond that it jumps.
+MAX_CATCH_UP = 100
+
+
+class ReportSource(Protocol):
+    """Decoded progress reports. ``poll`` waits up to ``timeout_s`` real seconds for the
+    first one and returns everything that has arrived; ``counters`` are the transport's
+    (received, dropped by reason)."""
+
+    endpoint: str
+
+    def poll(self, timeout_s: float) -> list[ProgressReport]: ...
+
+    def counters(self) -> Mapping[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class CommandSink(Protocol):
+    """Sends re-weight commands to the local managers without blocking."""
+
+    endpoint: str
+
+    def publish(self, command: ReweightCommand) -> bool: ...
+
+    def counters(self) -> Mapping[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class Metrics(Protocol):
+    """Observability hooks (Ray's ``ray.util.metrics`` in the actor; no-ops in tests)."""
+
+    def period(self, views: Iterable[Any], received: int, dropped: Mapping[str, int]) -> None:
+        ...
+
+
+class NullMetrics:
+    def period(self, views: Iterable[Any], received: int, dropped: Mapping[str, int]) -> None:
+        return None
+
+
+class ControllerService:
+    """See the module docstring. Thread-safe: :meth:`register_job`, :meth:`cancel`,
+    :meth:`status` may be called while :meth:`run` runs in another thread."""
+
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        clock: ModelClock,
+        node_budgets: Mapping[str, float],
+        reports: ReportSource,
+        commands: CommandSink,
+        log_path: Path | None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.reports = reports
+        self.commands = commands
+        self.metrics = metrics or NullMetrics()
+        policy = config.get_policy()
+        self.log_path = log_path
+        self._writer = PhaseLogWriter(log_path) if log_path is not None else None
+        self.core = ControllerCore(
+            policy.controller_config,
+            policy.controller,
+            dict(node_budgets),
+            self._write,
+            config.log_every,
+        )
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._last_seq: dict[tuple[str, int], int] = {}
+        self._pending_jobs: dict[str, tuple[Any, ...]] = {}
+        self.period_time: float | None = None
+        self.counters: dict[str, int] = {
+            "reports_received": 0,
+            "reports_applied": 0,
+            "reports_unknown_job": 0,
+            "reports_duplicate": 0,
+            "periods": 0,
+            "late_periods": 0,
+            "skipped_periods": 0,
+            "commands_sent": 0,
+            "commands_dropped": 0,
+        }
+        self._dropped_seen: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ the sink
+    def _write(self, record: PeriodRecord | SummaryRecord) -> None:
+        if self._writer is not None:
+            self._writer.write(record)
+
+    # ------------------------------------------------------------- entry points
+    def register_job(
+        self,
+        job_id: str,
+        qos: QosClass,
+        arrival: float,
+        subtasks: list[tuple[int, str, float]],
+        overall_deviation: float | None,
+        asynchrony: float | None,
+    ) -> None:
+        """Track a grid QoS job (strict or loose) from model time ``arrival`` (its start
+        boundary), as :meth:`ControllerCore.register_job`.
+
+        The job joins right after the control period that ends at ``arrival`` (or at once
+        if that period has run), as the simulator admits a job after that period's
+        control: a job that has not started yet is never observed."""
+        args = (job_id, qos, arrival, subtasks, overall_deviation, asynchrony)
+        with self._lock:
+            if self.period_time is not None and arrival <= self.period_time:
+                self.core.register_job(*args)
+            else:
+                self._pending_jobs[job_id] = args
+
+    def _join_pending(self, t: float) -> None:
+        """Register the pending jobs whose start is at or before model time ``t``."""
+        for job_id, args in list(self._pending_jobs.items()):
+            if args[2] <= t + 1e-9:
+                del self._pending_jobs[job_id]
+                self.core.register_job(*args)
+
+    def cancel(self, job_id: str) -> None:
+        with self._lock:
+            if self._pending_jobs.pop(job_id, None) is not None:
+                return
+            self.core.cancel(job_id)
+            self._flush()
+
+    def ingest(self, reports: Iterable[ProgressReport]) -> None:
+        """Apply reports (duplicates and stale sequence numbers ignored)."""
+        with self._lock:
+            for rep in reports:
+                self.counters["reports_received"] += 1
+                source = (rep.node, rep.incarnation)
+                last = self._last_seq.get(source)
+                if last is not None and rep.seq <= last:
+                    self.counters["reports_duplicate"] += 1
+                    continue
+                self._last_seq[source] = rep.seq
+                if rep.job_id in self._pending_jobs:
+                    # A report after the job's start: its period has passed here.
+                    self._join_pending(rep.real_time)
+                if self.core.ingest(rep):
+                    self.counters["reports_applied"] += 1
+                else:
+                    self.counters["reports_unknown_job"] += 1
+
+    def control(self, t: float) -> list[ReweightCommand]:
+        """Run the control period ending at model time ``t`` and send its commands."""
+        offset, quality = self.clock.clock_status()
+        with self._lock:
+            cmds = self.core.control_period(t, offset, quality)
+            self.period_time = t
+            self._join_pending(t)
+            self.counters["periods"] += 1
+            self._flush()
+            views = [v for v in (self.core.view(j) for j in list(self.core.jobs)) if v]
+        for cmd in cmds:
+            if self.commands.publish(cmd):
+                self.counters["commands_sent"] += 1
+            else:
+                self.counters["commands_dropped"] += 1
+        dropped = {
+            k: int(v)
+            for k, v in self.reports.counters().get("dropped", {}).items()
+        }
+        self.metrics.period(views, self.counters["reports_received"], dropped)
+        return cmds
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        """Close the log (summaries of jobs still open are not written: they did not end)."""
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+    def _flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        """Ingest reports continuously; run a control period every ``P`` model seconds."""
+        period = self.config.control_period
+        lag = self.config.control_lag * self.config.cycle
+        k = boundary_index(self.clock.now() - lag, period) + 1
+        while not self._stop.is_set():
+            due = k * period + lag
+            while not self._stop.is_set():
+                wait = self.clock.seconds_until(due)
+                if wait <= 0:
+                    break
+                self.ingest(self.reports.poll(min(wait, 0.05)))
+            if self._stop.is_set():
+                break
+            self.ingest(self.reports.poll(0.0))
+            behind = boundary_index(self.clock.now() - lag, period) - k
+            if behind > MAX_CATCH_UP:
+                self.counters["skipped_periods"] += behind
+                k += behind
+            elif behind >= 1:
+                self.counters["late_periods"] += 1
+            self.control(k * period)
+            k += 1
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> dict[str, Any]:
+        """Counters, endpoints, clock and every tracked job's clocks (JSON-able)."""
+        offset, quality = self.clock.clock_status()
+        with self._lock:
+            jobs: dict[str, Any] = {}
+            for job_id in list(self.core.jobs):
+                v = self.core.view(job_id)
+                if v is None:
+                    continue
+                jobs[job_id] = {
+                    "qos": v.qos,
+                    "virtual_times": list(v.virtual_times),
+                    "phase_difference": v.phase_difference,
+                    "mean_virtual": v.mean_virtual,
+                    "window": v.window,
+                    "weights": list(v.weights),
+                    "virtual_weights": list(v.virtual_weights),
+                    "done": list(v.done),
+                    "closed": False,
+                }
+            for job_id, summ in self.core.summaries.items():
+                jobs.setdefault(
+                    job_id,
+                    {
+                        "qos": summ.qos,
+                        "closed": True,
+                        "completed": summ.completed,
+                        "mean_phase_difference": summ.mean_phase_difference,
+                        "max_phase_difference": summ.max_phase_difference,
+                        "completion_skew": summ.completion_skew,
+                        "turnaround": summ.turnaround,
+                    },
+                )
+            counters = dict(self.counters)
+        transport = dict(self.reports.counters())
+        return {
+            "report_endpoint": self.reports.endpoint,
+            "command_endpoint": self.commands.endpoint,
+            "phase_log": str(self.log_path) if self.log_path is not None else None,
+            "period_time": self.period_time,
+            "model_time": self.clock.now(),
+            "clock": {"offset_s": offset, "quality": quality},
+            "counters": counters,
+            "transport": transport,
+            "commands_transport": dict(self.commands.counters()),
+            "jobs": jobs,
+        }

@@ -1,0 +1,564 @@
+"""One local manager's cycle loop: the node's :class:`LocalScheduler` driven by real time.
+
+No Ray here (the actor in :mod:`runtime.actors` wraps this class), so the loop can be
+tested with a fake clock and fake channels.
+
+Cycle rule (the simulator's order, on the real clock):
+every cycle boundary ``b`` (a whole multiple of the cycle ``q`` in model time, the same on
+every node) the loop
+
+1. applies the re-weight commands that arrived since the last boundary (the controller
+   evaluated the period ending at ``b - q`` a fraction of a cycle after it, so they take
+   effect for the cycle ending at ``b``, as in the simulator);
+2. closes the cycle of every process subtask (CPU measured from ``/proc``);
+3. steps the scheduler: ``LocalScheduler.step(b, q)`` (a boundary missed because the
+   process was late is still stepped, once per missed boundary, so the model outcome of a
+   synthetic run does not depend on lateness);
+4. sends one progress report per QoS subtask and tells the owner about finished subtasks;
+5. starts the subtasks submitted for boundary ``b`` (a submission that arrives after its
+   boundary starts at the next one and is counted in ``late_starts``);
+6. opens the next cycle of every process subtask with the share its grant stands for.
+
+Executors. *Synthetic* subtasks are the scheduler's own bookkeeping: the work in Mcycles
+is consumed at the granted rate. *Process* subtasks (a ``command``) run as a real process
+group under :class:`local_manager.process_executor.ProcessExecutor`. The scheduler sees
+them with unbounded work (a command ends when it exits, not when an estimate runs out), so
+it keeps granting them CPU; the grant of the cycle that just ended sets the CPU share of
+the next one (``grant / (speed * q)`` of a core, capped by the host's cores), and the CPU
+time measured in that cycle, ``cpu_s * time_scale * speed`` Mcycles, is ``x-bar`` in
+eq. (4): the subtask's own virtual clock advances by it, and its progress report carries
+that clock, not the grant. The subtask finishes when its command exits (exit status 0:
+success).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import queue
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Protocol
+
+from clocks.virtual import VirtualClock
+from coallocator.messages import ProgressReport, ReweightCommand
+from local_manager.process_executor import ExecutorState
+from local_manager.scheduler import CycleResult, LocalScheduler
+from runtime.config import ExecutorKind, RuntimeConfig
+from runtime.timebase import ModelClock, boundary_index
+from workloads.model import Node, Subtask
+
+#: Boundaries stepped one by one when the loop is late; beyond that the clock jumps.
+MAX_CATCH_UP = 1000
+#: Finished subtasks kept for ``status`` after they left the node.
+HISTORY = 2000
+_ENDED = (ExecutorState.FINISHED, ExecutorState.CANCELLED)
+
+
+class ReportSink(Protocol):
+    """Where progress reports go (the transport's ZeroMQ PUSH sender). ``send`` never
+    blocks; False means the report was dropped."""
+
+    def send(self, report: ProgressReport) -> bool: ...
+
+
+class CommandSource(Protocol):
+    """Where re-weight commands come from (the transport's command subscriber).
+    ``poll`` returns what has arrived without blocking."""
+
+    def poll(self) -> list[ReweightCommand]: ...
+
+
+class SubtaskState(str, Enum):
+    PENDING = "pending"  # submitted, waiting for its start boundary
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskOutcome:
+    """A subtask left the node: finished (``ok``), failed or cancelled. ``finish_time`` in
+    model s; ``exit_code`` for process subtasks; ``reason`` says why it failed."""
+
+    job_id: str
+    index: int
+    node: str
+    state: SubtaskState
+    finish_time: float
+    exit_code: int | None = None
+    reason: str = ""
+
+
+FinishFn = Callable[[SubtaskOutcome], None]
+
+
+class _ProcessRun:
+    """A process subtask's executor, its own virtual clock and measured work."""
+
+    __slots__ = (
+        "executor", "clock", "measured", "share", "in_cycle", "next_at", "exited", "failure"
+    )
+
+    def __init__(self, executor: Any | None, start: float) -> None:
+        self.executor = executor  # None when the command could not be started
+        self.failure: str | None = None
+        self.clock = VirtualClock(start)
+        self.measured = 0.0  # Mcycles of model work measured so far
+        self.share = 0.0  # cores granted in the current cycle
+        self.in_cycle = False
+        self.next_at: float | None = None  # executor clock time of its next step
+        self.exited = False
+
+
+class _Record:
+    """What ``status`` shows about one subtask on this node."""
+
+    __slots__ = ("subtask", "kind", "state", "exit_code", "reason", "start", "finish")
+
+    def __init__(self, subtask: Subtask, kind: ExecutorKind, start: float) -> None:
+        self.subtask = subtask
+        self.kind = kind
+        self.state = SubtaskState.PENDING
+        self.exit_code: int | None = None
+        self.reason = ""
+        self.start = start
+        self.finish: float | None = None
+
+
+def new_incarnation() -> int:
+    """A fresh incarnation number for a local manager's reports (random, 31 bits)."""
+    return secrets.randbits(31)
+
+
+class NodeRuntime:
+    """The cycle loop of one node. Thread-safe entry points: :meth:`submit`,
+    :meth:`cancel_job`, :meth:`snapshot`, :meth:`stop`; :meth:`run` is the loop itself
+    (one thread). ``process_factory(argv, speed_mhz, output)`` builds a process executor
+    (default: :class:`local_manager.process_executor.ProcessExecutor`)."""
+
+    def __init__(
+        self,
+        node: Node,
+        config: RuntimeConfig,
+        clock: ModelClock,
+        reports: ReportSink,
+        commands: CommandSource | None,
+        on_finish: FinishFn,
+        incarnation: int | None = None,
+        output_dir: Path | None = None,
+        process_factory: Callable[[tuple[str, ...], float, Path | None], Any] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node = node
+        self.config = config
+        self.clock = clock
+        self.reports = reports
+        self.commands = commands
+        self.on_finish = on_finish
+        self.incarnation = new_incarnation() if incarnation is None else incarnation
+        self.output_dir = output_dir
+        self._process_factory = process_factory or _default_process_factory
+        self._monotonic = monotonic
+        policy = config.get_policy()
+        self.scheduler = LocalScheduler(
+            node, config.sim_config().local_config(policy), self.incarnation
+        )
+        self.q = config.cycle
+        self._actions: queue.SimpleQueue[tuple[str, Any, threading.Event | None]] = (
+            queue.SimpleQueue()
+        )
+        self._kick = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._pending: dict[float, list[Subtask]] = {}
+        self._records: dict[tuple[str, int], _Record] = {}
+        self._history: OrderedDict[tuple[str, int], _Record] = OrderedDict()
+        self._procs: dict[tuple[str, int], _ProcessRun] = {}
+        self._last_grants: dict[tuple[str, int], float] = {}
+        self._last_boundary: float | None = None
+        self._snapshot: dict[str, Any] = {}
+        self.counters: dict[str, int] = {
+            "cycles": 0,
+            "late_cycles": 0,
+            "skipped_cycles": 0,
+            "late_starts": 0,
+            "reports_sent": 0,
+            "reports_dropped": 0,
+            "commands_applied": 0,
+            "commands_unknown": 0,
+            "commands_other_node": 0,
+        }
+        self.running = False
+        self.error: str | None = None
+
+    # ----------------------------------------------------------------- entry points
+    def submit(self, subtasks: list[Subtask], start: float) -> None:
+        """Start ``subtasks`` (all for this node) at the cycle boundary ``start`` (model s)."""
+        for s in subtasks:
+            if s.node != self.node.name:
+                raise ValueError(f"subtask {s.key}: is for node {s.node!r}, not {self.node.name!r}")
+        self._actions.put(("add", (list(subtasks), float(start)), None))
+        self._kick.set()
+
+    def cancel_job(self, job_id: str, timeout: float | None = 10.0) -> bool:
+        """Take every subtask of ``job_id`` off the node, killing its processes. Blocks
+        until done (or ``timeout`` real s); True when the loop has applied it."""
+        done = threading.Event()
+        self._actions.put(("cancel", job_id, done))
+        self._kick.set()
+        if not self.running:
+            self._drain_actions(self._last_boundary or 0.0, immediate_only=False)
+        return done.wait(timeout)
+
+    def stop(self) -> None:
+        """Ask the loop to end; it kills every process it started before returning."""
+        self._stop.set()
+        self._kick.set()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The node's state as of the last boundary (plain JSON-able dict)."""
+        with self._lock:
+            return dict(self._snapshot)
+
+    # ----------------------------------------------------------------- the loop
+    def run(self) -> None:
+        """The loop: step every boundary until :meth:`stop`; then clean up."""
+        self.running = True
+        try:
+            k = boundary_index(self.clock.now(), self.q) + 1
+            self._update_snapshot(k * self.q - self.q)
+            while not self._stop.is_set():
+                b = k * self.q
+                self._wait_until(b)
+                if self._stop.is_set():
+                    break
+                now = self.clock.now()
+                behind = boundary_index(now, self.q) - k
+                if behind > MAX_CATCH_UP:
+                    # Far too late (the process was suspended): jump, and say so.
+                    self.counters["skipped_cycles"] += behind
+                    k += behind
+                    b = k * self.q
+                elif behind >= 1:
+                    self.counters["late_cycles"] += 1
+                self.tick(b)
+                k += 1
+        except Exception as exc:  # the loop must not die silently: status shows it
+            self.error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self.running = False
+            self._close_all()
+
+    def tick(self, b: float) -> CycleResult | None:
+        """Everything that happens at boundary ``b`` (model s); see the module docstring."""
+        self._apply_commands()
+        usage = self._end_process_cycles()
+        result = None
+        if len(self.scheduler):
+            last = self._last_boundary
+            result = self.scheduler.step(b, b - last if last is not None else self.q)
+            self._account(result, usage, b)
+        self._last_boundary = b
+        self.counters["cycles"] += 1
+        self._drain_actions(b, immediate_only=False)
+        self._begin_process_cycles(b)
+        self._update_snapshot(b)
+        return result
+
+    # ----------------------------------------------------------------- internals
+    def _wait_until(self, b: float) -> None:
+        """Sleep until model time ``b``, driving process executors and immediate actions."""
+        deadline = self._monotonic() + self.clock.seconds_until(b)
+        while not self._stop.is_set():
+            now = self._monotonic()
+            if now >= deadline:
+                return
+            wake = deadline
+            for run in self._procs.values():
+                if run.in_cycle and run.next_at is not None:
+                    if run.next_at <= now:
+                        run.next_at = run.executor.step()
+                    if run.next_at is not None:
+                        wake = min(wake, run.next_at)
+            if self._kick.is_set():
+                self._kick.clear()
+                self._drain_actions(b, immediate_only=True)
+            self._kick.wait(max(0.0, wake - self._monotonic()))
+
+    def _apply_commands(self) -> None:
+        if self.commands is None:
+            return
+        for cmd in self.commands.poll():
+            if cmd.node != self.node.name:
+                self.counters["commands_other_node"] += 1
+                continue
+            key = (cmd.job_id, cmd.subtask)
+            try:
+                applied = self.scheduler.set_weights(key, cmd.weight, cmd.virtual_weight)
+            except ValueError:
+                applied = False
+            self.counters["commands_applied" if applied else "commands_unknown"] += 1
+
+    def _end_process_cycles(self) -> dict[tuple[str, int], float]:
+        """Close every process subtask's cycle; measured model Mcycles per subtask."""
+        measured: dict[tuple[str, int], float] = {}
+        scale = self.config.time_scale
+        for key, run in self._procs.items():
+            if not run.in_cycle:
+                continue
+            usage = run.executor.end_cycle()
+            run.in_cycle = False
+            run.next_at = None
+            # CPU-seconds of real time at the node's speed, in model time.
+            m = usage.cpu_s * scale * self.node.speed_mhz
+            run.measured += m
+            measured[key] = m
+            if usage.exit_code is not None or usage.state in _ENDED:
+                run.exited = True
+        return measured
+
+    def _account(
+        self, result: CycleResult, measured: dict[tuple[str, int], float], b: float
+    ) -> None:
+        self._last_grants = {(g.job_id, g.subtask): g.granted_work for g in result.grants}
+        finished: list[SubtaskOutcome] = []
+        for key in result.finished:
+            # Synthetic subtasks finish when their work is done.
+            self.scheduler.remove(key)
+            rec = self._records.get(key)
+            if rec is not None:
+                rec.state, rec.finish = SubtaskState.FINISHED, b
+                finished.append(SubtaskOutcome(key[0], key[1], self.node.name, rec.state, b))
+        reports = list(result.reports)
+        if self._procs:
+            reports = [self._process_report(r, measured, b) for r in reports]
+            # Process subtasks outside the QoS queue have no report but may have exited.
+            for key, run in list(self._procs.items()):
+                if run.exited:
+                    if key not in {(r.job_id, r.subtask) for r in reports}:
+                        run.clock.advance(b, 0.0, 0.0)
+                    finished.append(self._process_exit(key, b))
+        for rep in reports:
+            self._send(rep)
+        for outcome in finished:
+            self.on_finish(outcome)
+
+    def _process_report(
+        self, rep: ProgressReport, measured: dict[tuple[str, int], float], b: float
+    ) -> ProgressReport:
+        key = (rep.job_id, rep.subtask)
+        run = self._procs.get(key)
+        if run is None:
+            return rep
+        xbar = measured.get(key, 0.0)
+        tv = run.clock.advance(b, rep.expected_work, xbar)
+        return dataclasses.replace(rep, virtual_time=tv, granted_work=xbar, done=run.exited)
+
+    def _process_exit(self, key: tuple[str, int], b: float) -> SubtaskOutcome:
+        run = self._procs.pop(key)
+        self.scheduler.remove(key)
+        rec = self._records[key]
+        code = run.executor.exit_code if run.executor is not None else None
+        rec.exit_code, rec.finish = code, b
+        if code == 0 and run.failure is None:
+            rec.state = SubtaskState.FINISHED
+        else:
+            rec.state = SubtaskState.FAILED
+            rec.reason = run.failure or f"command exited with status {code}"
+        if run.executor is not None:
+            run.executor.close()
+        return SubtaskOutcome(
+            key[0], key[1], self.node.name, rec.state, b, code, rec.reason
+        )
+
+    def _begin_process_cycles(self, b: float) -> None:
+        cycle_real = self.config.real_cycle
+        for key, run in self._procs.items():
+            if run.exited or run.in_cycle:
+                continue
+            rec = self._records[key]
+            s = rec.subtask
+            grant = self._last_grants.get(key)
+            if grant is None:
+                # First cycle: no grant yet; run at the expected rate.
+                grant = s.expected_rate * self.q
+            share = grant / (self.node.speed_mhz * self.q)
+            share = min(max(share, 0.0), float(run.executor.ncores))
+            run.share = share
+            run.executor.begin_cycle(share, cycle_real)
+            run.in_cycle = True
+            run.next_at = self._monotonic()
+
+    def _drain_actions(self, b: float, immediate_only: bool) -> None:
+        """Apply queued actions. Cancels apply at once; additions are parked until their
+        start boundary (``immediate_only``: only park them, start nothing)."""
+        deferred: list[tuple[str, Any, threading.Event | None]] = []
+        while True:
+            try:
+                action = self._actions.get_nowait()
+            except queue.Empty:
+                break
+            kind, arg, done = action
+            if kind == "cancel":
+                self._cancel(arg, b)
+            elif kind == "add":
+                subtasks, start = arg
+                self._pending.setdefault(start, []).extend(subtasks)
+                for s in subtasks:
+                    kind_ = ExecutorKind.PROCESS if s.command else ExecutorKind.SYNTHETIC
+                    self._records[s.key] = _Record(s, kind_, start)
+            else:  # pragma: no cover - only the kinds above are queued
+                deferred.append(action)
+            if done is not None:
+                done.set()
+        for action in deferred:
+            self._actions.put(action)
+        if immediate_only:
+            return
+        for start in sorted(t for t in self._pending if t <= b + 1e-9):
+            late = start < b - 1e-9
+            for s in self._pending.pop(start):
+                if late:
+                    self.counters["late_starts"] += 1
+                self._start(s, b)
+
+    def _start(self, s: Subtask, b: float) -> None:
+        rec = self._records.get(s.key)
+        if rec is None or rec.state is not SubtaskState.PENDING:
+            return  # cancelled while pending
+        rec.start = b
+        if rec.kind is ExecutorKind.PROCESS:
+            assert s.command is not None
+            out = None
+            if self.output_dir is not None:
+                self.output_dir.mkdir(parents=True, exist_ok=True)
+                out = self.output_dir / f"{s.job_id}-{s.index}.log"
+            executor = None
+            failure: str | None = None
+            try:
+                executor = self._process_factory(tuple(s.command), self.node.speed_mhz, out)
+                executor.start()
+            except (ValueError, OSError) as exc:
+                # It will never progress: it leaves at the next boundary, reported done.
+                failure = str(exc)
+            # The scheduler must not finish it by an estimate: unbounded work.
+            self.scheduler.add(dataclasses.replace(s, work=math.inf), b)
+            run = _ProcessRun(executor, b)
+            if failure is not None:
+                run.exited, run.failure = True, failure
+            self._procs[s.key] = run
+        else:
+            self.scheduler.add(s, b)
+        rec.state = SubtaskState.RUNNING
+
+    def _cancel(self, job_id: str, b: float) -> None:
+        for key, rec in list(self._records.items()):
+            if key[0] != job_id or rec.state not in (SubtaskState.PENDING, SubtaskState.RUNNING):
+                continue
+            run = self._procs.pop(key, None)
+            if run is not None and run.executor is not None:
+                run.executor.close()
+                rec.exit_code = run.executor.exit_code
+            self.scheduler.remove(key)
+            rec.state, rec.finish = SubtaskState.CANCELLED, b
+        for start, subs in list(self._pending.items()):
+            self._pending[start] = [s for s in subs if s.job_id != job_id]
+            if not self._pending[start]:
+                del self._pending[start]
+
+    def _send(self, report: ProgressReport) -> None:
+        if self.reports.send(report):
+            self.counters["reports_sent"] += 1
+        else:
+            self.counters["reports_dropped"] += 1
+
+    def _close_all(self) -> None:
+        for key, run in list(self._procs.items()):
+            try:
+                if run.executor is not None:
+                    run.executor.close()
+            except Exception:  # noqa: BLE001 - best effort while shutting down
+                pass
+            rec = self._records.get(key)
+            if rec is not None and rec.state is SubtaskState.RUNNING:
+                rec.state = SubtaskState.CANCELLED
+        self._procs.clear()
+
+    def _update_snapshot(self, b: float) -> None:
+        for key, rec in list(self._records.items()):
+            if rec.state in (SubtaskState.PENDING, SubtaskState.RUNNING):
+                continue
+            # Gone from the node: keep a bounded history for status.
+            del self._records[key]
+            self._history[key] = rec
+            while len(self._history) > HISTORY:
+                self._history.popitem(last=False)
+        subtasks = [self._describe(rec) for rec in self._records.values()]
+        subtasks += [self._describe(rec) for rec in self._history.values()]
+        snap = {
+            "node": self.node.name,
+            "speed_mhz": self.node.speed_mhz,
+            "cores": self.node.cores,
+            "incarnation": self.incarnation,
+            "model_time": b,
+            "running": self.running,
+            "error": self.error,
+            "counters": dict(self.counters),
+            "subtasks": subtasks,
+        }
+        with self._lock:
+            self._snapshot = snap
+
+    def _describe(self, rec: _Record) -> dict[str, Any]:
+        s = rec.subtask
+        key = s.key
+        run = self._procs.get(key)
+        d: dict[str, Any] = {
+            "job_id": s.job_id,
+            "index": s.index,
+            "qos": s.qos.value,
+            "executor": rec.kind.value,
+            "state": rec.state.value,
+            "work": s.work,
+            "expected_rate": s.expected_rate,
+            "start_time": rec.start,
+            "finish_time": rec.finish,
+            "exit_code": rec.exit_code,
+            "reason": rec.reason,
+        }
+        sched_sub = self.scheduler.get(key)
+        if sched_sub is not None:
+            d["weight"] = sched_sub.weight
+            d["virtual_weight"] = sched_sub.virtual_weight
+        else:
+            d["weight"] = s.weight
+            d["virtual_weight"] = s.virtual_weight
+        if run is not None:
+            d["done_work"] = run.measured
+            d["virtual_time"] = run.clock.virtual_time
+            d["share"] = run.share
+            d["pid"] = run.executor.pid if run.executor is not None else None
+            d["cpu_s"] = run.executor.cpu_s_total if run.executor is not None else 0.0
+        else:
+            d["done_work"] = s.work if rec.state is SubtaskState.FINISHED else s.done_work
+            d["virtual_time"] = (
+                self.scheduler.virtual_time(key) if sched_sub is not None else None
+            )
+        return d
+
+
+def _default_process_factory(argv: tuple[str, ...], speed_mhz: float, output: Path | None) -> Any:
+    from local_manager.process_executor import ProcessExecutor
+
+    return ProcessExecutor(
+        list(argv), speed_mhz=speed_mhz, stdout=output, stderr=output, grace_s=1.0
+    )
