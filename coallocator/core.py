@@ -210,7 +210,7 @@ class ControllerCore:
                 phi = phase_difference(tvs)
                 job.tracker.observe(phi)
                 job.last_phase, job.last_mean, job.last_window = phi, sum(tvs) / len(tvs), "none"
-                if job.qos is QosClass.STRICT and k % self.log_every == 0:
+                if self.sink and job.qos is QosClass.STRICT and k % self.log_every == 0:
                     self._log_uncontrolled(job, k, now, clock_offset, clock_quality)
         if not states:
             return commands
@@ -228,7 +228,7 @@ class ControllerCore:
                         job.job_id, ch.index, ch.node, self._seq, ch.weight, ch.virtual_weight
                     )
                 )
-            if decision.changes or k % self.log_every == 0:
+            if self.sink is not None and (decision.changes or k % self.log_every == 0):
                 weights = {
                     s.index: (s.weight, s.virtual_weight) for s in job.subtasks if not s.done
                 }
@@ -324,7 +324,7 @@ class ControllerCore:
                 phi = phase_difference(tvs)
                 job.tracker.observe(phi)
                 job.last_phase, job.last_mean, job.last_window = phi, sum(tvs) / len(tvs), "none"
-                if job.qos is QosClass.STRICT and k % self.log_every == 0:
+                if self.sink and job.qos is QosClass.STRICT and k % self.log_every == 0:
                     self._log_uncontrolled(job, k, now + dt, clock_offset, clock_quality)
 
     # ------------------------------------------------------------------- status

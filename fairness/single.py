@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 from fairness._validate import nonneg_vector, positive_scalar, positive_vector
 
-__all__ = ["max_min_fair", "proportional_fair", "utility_max_min"]
+__all__ = ["max_min_fair", "proportional_fair", "utility_max_min", "water_fill"]
 
 
 def _weights(weights: Sequence[float] | None, n: int) -> tuple[float, ...]:
@@ -256,3 +256,17 @@ def utility_max_min(
         active = [i for i in active if i not in blocked]
         remaining = max(remaining, 0.0)
     return tuple(alloc)
+
+
+def water_fill(
+    capacity: float, demands: Sequence[float], weights: Sequence[float]
+) -> list[float]:
+    """:func:`max_min_fair` without input checks, for hot loops with trusted input.
+
+    The caller guarantees ``capacity >= 0``, finite ``demands >= 0`` and ``weights > 0`` of
+    the same length (the local schedulers call this every cycle). Units as in
+    :func:`max_min_fair`; returns a new list.
+    """
+    if capacity <= 0:
+        return [0.0] * len(demands)
+    return list(_water_fill(capacity, tuple(demands), tuple(weights)))

@@ -152,7 +152,11 @@ def simulate(
     local_cfg = cfg.local_config(pol)
     schedulers = {n.name: LocalScheduler(n, local_cfg) for n in workload.nodes}
     ctl = ControllerCore(
-        pol.controller_config, pol.controller, gm.node_budgets(), sink, cfg.log_every
+        pol.controller_config,
+        pol.controller,
+        gm.node_budgets(),
+        sink if (keep_records or log_fh is not None) else None,
+        cfg.log_every,
     )
 
     results: dict[str, dict[str, object]] = {}

@@ -31,7 +31,7 @@ from enum import Enum
 from clocks.virtual import VirtualClock
 from coallocator.messages import ProgressReport
 from fairness.drf import drf
-from fairness.single import max_min_fair
+from fairness.single import water_fill
 from workloads.model import Node, QosClass, QueueName, Subtask, queue_of
 
 DEFAULT_QUEUE_WEIGHTS: Mapping[QueueName, float] = {
@@ -39,6 +39,8 @@ DEFAULT_QUEUE_WEIGHTS: Mapping[QueueName, float] = {
     QueueName.QOS: 0.5,
     QueueName.BEST_EFFORT: 0.2,
 }
+
+_QUEUES: tuple[QueueName, ...] = tuple(QueueName)
 
 #: Work below this many Mcycles counts as done (absorbs float rounding).
 WORK_EPSILON = 1e-6
@@ -146,6 +148,7 @@ class LocalScheduler:
         self.node = node
         self.config = config or LocalSchedulerConfig()
         self.incarnation = incarnation
+        self._queue_shares = [max(self.config.share(q), 1e-12) for q in QueueName]
         self._entries: dict[tuple[str, int], _Entry] = {}
         self._seq = 0
         # The last cycle's outcome, kept while nothing that decides the split has changed,
@@ -232,40 +235,39 @@ class LocalScheduler:
             raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
         node = self.node
         capacity = node.cpu_rate * cycle
+        full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle  # one core, full speed
         entries = [e for e in self._entries.values() if not e.subtask.finished]
-        by_queue: dict[QueueName, list[_Entry]] = {q: [] for q in QueueName}
-        for e in entries:
-            by_queue[e.queue].append(e)
-
+        by_queue: dict[QueueName, list[_Entry]] = {q: [] for q in _QUEUES}
         # CPU each entry could use this cycle (Mcycles): its cores at full speed, capped
         # by the work it has left.
         cap: dict[tuple[str, int], float] = {}
+        n_virtual = 0
         for e in entries:
             s = e.subtask
-            cpu_cores = s.demand.cpu if s.demand is not None else 1.0
-            cap[s.key] = min(s.remaining, min(cpu_cores, node.cores) * node.speed_mhz * cycle)
-        full_cpu = (
-            node.speed_mhz * min(1.0, node.cores) * cycle
-        )  # what one virtual subtask can hold
+            by_queue[e.queue].append(e)
+            cores = s.demand.cpu
+            per = full_cpu if cores == 1.0 else min(cores, node.cores) * node.speed_mhz * cycle
+            left = s.work - s.done_work
+            cap[s.key] = left if left < per else per
+            if s.virtual_weight > 0 and e.queue is QueueName.QOS:
+                n_virtual += 1
 
-        virtuals = [e for e in by_queue[QueueName.QOS] if e.subtask.virtual_weight > 0]
-        queue_demand: dict[QueueName, float] = {}
-        for q in QueueName:
+        queue_demand: list[float] = []
+        for q in _QUEUES:
             d = sum(cap[e.subtask.key] for e in by_queue[q])
-            if q is QueueName.QOS and virtuals:
-                d += full_cpu * len(virtuals)
-            queue_demand[q] = min(d, capacity)
+            if q is QueueName.QOS:
+                d += full_cpu * n_virtual
+            queue_demand.append(min(d, capacity))
 
         queue_cpu = self._split_queues(capacity, queue_demand)
 
         granted: dict[tuple[str, int], float] = {}
         virtual_idle = 0.0
-        for q in QueueName:
+        for q in _QUEUES:
             members = by_queue[q]
             if not members or queue_cpu[q] <= 0:
                 continue
-            shares, idle = self._share_queue(members, queue_cpu[q], cap, q, full_cpu, capacity)
-            granted.update(shares)
+            idle = self._share_queue(members, queue_cpu[q], cap, q, full_cpu, capacity, granted)
             virtual_idle += idle
 
         lent = 0.0
@@ -279,11 +281,112 @@ class LocalScheduler:
             real_time, cycle, entries, granted, queue_cpu, virtual_idle, lent, capacity
         )
         self._last = (
-            None
-            if result.finished
-            else _LastCycle(cycle, granted, dict(queue_cpu), virtual_idle, lent)
+            None if result.finished else _LastCycle(cycle, granted, queue_cpu, virtual_idle, lent)
         )
         return result
+
+    def _split_queues(self, capacity: float, demand: list[float]) -> dict[QueueName, float]:
+        shares = self._queue_shares
+        if self.config.work_conserving:
+            alloc = water_fill(capacity, demand, shares)
+            return dict(zip(_QUEUES, alloc))
+        return {q: min(d, w * capacity) for q, d, w in zip(_QUEUES, demand, shares)}
+
+    def _share_queue(
+        self,
+        members: list[_Entry],
+        queue_cpu: float,
+        cap: Mapping[tuple[str, int], float],
+        queue: QueueName,
+        full_cpu: float,
+        capacity: float,
+        granted: dict[tuple[str, int], float],
+    ) -> float:
+        """Split ``queue_cpu`` Mcycles among a queue's entries (and its virtual subtasks),
+        writing each real entry's grant into ``granted``; return what the virtual subtasks
+        held (Mcycles)."""
+        weights: list[float] = []
+        demands: list[float] = []
+        multi = False
+        for e in members:
+            s = e.subtask
+            weights.append(s.weight if s.weight > 1e-9 else 1e-9)
+            demands.append(cap[s.key])
+            if not multi and not s.demand.is_cpu_only:
+                multi = True
+        n_real = len(members)
+        if queue is QueueName.QOS:
+            for e in members:
+                vw = e.subtask.virtual_weight
+                if vw > 0:
+                    weights.append(vw)
+                    demands.append(full_cpu)
+        if multi:
+            alloc = self._drf_share(members, demands, weights, queue_cpu, full_cpu, capacity)
+        else:
+            alloc = water_fill(queue_cpu, demands, weights)
+        for i in range(n_real):
+            granted[members[i].subtask.key] = alloc[i]
+        return float(sum(alloc[n_real:]))
+
+    def _drf_share(
+        self,
+        members: list[_Entry],
+        demands: list[float],
+        weights: list[float],
+        queue_cpu: float,
+        full_cpu: float,
+        capacity: float,
+    ) -> list[float]:
+        """Divisible weighted DRF inside a queue whose entries have memory or IO demands.
+
+        One "task" of an entry is the entry running at its CPU cap for the cycle; it then
+        uses its memory and IO in proportion to that cap (a fraction of full speed). The
+        queue's memory and IO pools are its CPU fraction of the node's."""
+        rows: list[list[float]] = []
+        for i, c in enumerate(demands):
+            if i < len(members):
+                d = members[i].subtask.demand
+                frac = c / full_cpu if full_cpu > 0 else 0.0
+                rows.append([c, d.memory_mb * frac, d.io_mbps * frac])
+            else:
+                rows.append([c, 0.0, 0.0])
+        fraction = queue_cpu / capacity if capacity > 0 else 0.0
+        pool = [queue_cpu, self.node.memory_mb * fraction, self.node.io_mbps * fraction]
+        live = [i for i, r in enumerate(rows) if r[0] > 0]
+        out = [0.0] * len(rows)
+        if not live:
+            return out
+        result = drf(
+            pool,
+            [rows[i] for i in live],
+            weights=[weights[i] for i in live],
+            max_tasks=[1.0] * len(live),
+            divisible=True,
+        )
+        for i, t in zip(live, result.tasks):
+            out[i] = t * rows[i][0]
+        return out
+
+    @staticmethod
+    def _lend_to_best_effort(
+        members: list[_Entry],
+        spare: float,
+        cap: Mapping[tuple[str, int], float],
+        granted: dict[tuple[str, int], float],
+    ) -> float:
+        """Give up to ``spare`` Mcycles of virtual-subtask share to unmet best-effort demand."""
+        if not members:
+            return 0.0
+        unmet = [max(0.0, cap[e.subtask.key] - granted.get(e.subtask.key, 0.0)) for e in members]
+        total = sum(unmet)
+        if total <= 0:
+            return 0.0
+        weights = [max(e.subtask.weight, 1e-9) for e in members]
+        extra = water_fill(min(spare, total), unmet, weights)
+        for e, x in zip(members, extra):
+            granted[e.subtask.key] = granted.get(e.subtask.key, 0.0) + x
+        return float(sum(extra))
 
     # ------------------------------------------------------------- fast forward
     def quiet_cycles(self, cycle: float) -> int:
@@ -335,90 +438,6 @@ class LocalScheduler:
         assert not result.finished, "fast_forward went past a subtask's finish"
         return result
 
-    def _split_queues(
-        self, capacity: float, demand: Mapping[QueueName, float]
-    ) -> dict[QueueName, float]:
-        queues = list(QueueName)
-        if self.config.work_conserving:
-            weights = [max(self.config.share(q), 1e-12) for q in queues]
-            alloc = max_min_fair(capacity, [demand[q] for q in queues], weights)
-            return {q: float(a) for q, a in zip(queues, alloc)}
-        return {q: min(demand[q], self.config.share(q) * capacity) for q in queues}
-
-    def _share_queue(
-        self,
-        members: list[_Entry],
-        queue_cpu: float,
-        cap: Mapping[tuple[str, int], float],
-        queue: QueueName,
-        full_cpu: float,
-        capacity: float,
-    ) -> tuple[dict[tuple[str, int], float], float]:
-        """Split ``queue_cpu`` Mcycles among a queue's entries (and its virtual subtasks).
-
-        Returns the grant per real entry and the CPU the virtual subtasks held.
-        """
-        weights: list[float] = []
-        demands: list[float] = []
-        vectors: list[tuple[float, float, float]] = []
-        multi = False
-        for e in members:
-            s = e.subtask
-            weights.append(max(s.weight, 1e-9))
-            demands.append(cap[s.key])
-            if s.demand is not None and not s.demand.is_cpu_only:
-                multi = True
-            d = s.demand
-            # Memory and IO are used in proportion to the fraction of full speed granted.
-            frac = cap[s.key] / full_cpu if full_cpu > 0 else 0.0
-            vectors.append(
-                (cap[s.key], (d.memory_mb if d else 0.0) * frac, (d.io_mbps if d else 0.0) * frac)
-            )
-        n_real = len(members)
-        if queue is QueueName.QOS:
-            for e in members:
-                vw = e.subtask.virtual_weight
-                if vw > 0:
-                    weights.append(vw)
-                    demands.append(full_cpu)
-                    vectors.append((full_cpu, 0.0, 0.0))
-        if multi:
-            fraction = queue_cpu / capacity if capacity > 0 else 0.0
-            pool = (queue_cpu, self.node.memory_mb * fraction, self.node.io_mbps * fraction)
-            demand_rows = [list(v) for v in vectors]
-            result = drf(
-                list(pool),
-                demand_rows,
-                weights=weights,
-                max_tasks=[1.0] * len(demand_rows),
-                divisible=True,
-            )
-            alloc = [t * v[0] for t, v in zip(result.tasks, vectors)]
-        else:
-            alloc = max_min_fair(queue_cpu, demands, weights)
-        shares = {members[i].subtask.key: float(alloc[i]) for i in range(n_real)}
-        return shares, float(sum(alloc[n_real:]))
-
-    @staticmethod
-    def _lend_to_best_effort(
-        members: list[_Entry],
-        spare: float,
-        cap: Mapping[tuple[str, int], float],
-        granted: dict[tuple[str, int], float],
-    ) -> float:
-        """Give up to ``spare`` Mcycles of virtual-subtask share to unmet best-effort demand."""
-        if not members:
-            return 0.0
-        unmet = [max(0.0, cap[e.subtask.key] - granted.get(e.subtask.key, 0.0)) for e in members]
-        if sum(unmet) <= 0:
-            return 0.0
-        extra = max_min_fair(
-            min(spare, sum(unmet)), unmet, [max(e.subtask.weight, 1e-9) for e in members]
-        )
-        for e, x in zip(members, extra):
-            granted[e.subtask.key] = granted.get(e.subtask.key, 0.0) + float(x)
-        return float(sum(extra))
-
     def _account(
         self,
         real_time: float,
@@ -434,6 +453,7 @@ class LocalScheduler:
         """Book ``repeat`` identical cycles of ``cycle`` s whose per-cycle grants are
         ``granted`` (Mcycles); the result reports totals over the span."""
         m = float(repeat)
+        node_name = self.node.name
         grants: list[Grant] = []
         reports: list[ProgressReport] = []
         finished: list[tuple[str, int]] = []
@@ -457,16 +477,16 @@ class LocalScheduler:
                 self._seq += 1
                 reports.append(
                     ProgressReport(
-                        job_id=s.job_id,
-                        subtask=s.index,
-                        node=self.node.name,
-                        incarnation=self.incarnation,
-                        seq=self._seq,
-                        real_time=real_time,
-                        virtual_time=tv,
-                        expected_work=x,
-                        granted_work=g,
-                        done=done,
+                        s.job_id,
+                        s.index,
+                        node_name,
+                        self.incarnation,
+                        self._seq,
+                        real_time,
+                        tv,
+                        x,
+                        g,
+                        done,
                     )
                 )
         return CycleResult(
