@@ -32,6 +32,8 @@ START_TIMEOUT=${COALLOC_START_TIMEOUT:-180}
 RAY=${RAY:-ray}
 PYTHON=${PYTHON:-python3}
 STATE="$DIR/cluster.env"
+# Every ray call below names its address; an inherited RAY_ADDRESS must not redirect it.
+unset RAY_ADDRESS
 TEMP_DIR="$DIR/ray"
 
 die() { echo "local-cluster: $*" >&2; exit 2; }
