@@ -187,3 +187,29 @@ def test_run_result_json_leaves_out_the_records() -> None:
     assert "records" not in d
     assert d["policy"] == "sq" and d["seed"] == 1
     assert len(d["jobs"]) == len(r.jobs)
+
+
+@pytest.mark.parametrize("control_every", [1, 3])
+def test_fast_forward_writes_the_same_log_records_up_to_rounding(
+    tmp_path: Path, control_every: int
+) -> None:
+    work = small_workload(3, nodes=4, jobs=25)
+    logs = []
+    for ff in (True, False):
+        path = tmp_path / f"ff{ff}.jsonl"
+        cfg = SimConfig(control_every=control_every, fast_forward=ff)
+        simulate(work, "sq", seed=3, config=cfg, log_path=path)
+        logs.append(list(read_log(path)))
+    fast, slow = logs
+    assert len(fast) == len(slow) > 0
+
+    def shape(r: dict) -> tuple:
+        return (r["type"], r["job"], r.get("period"), r.get("window"), sorted(r.get("weights", {})))
+
+    assert [shape(r) for r in fast] == [shape(r) for r in slow]
+    for f, s in zip(fast, slow):
+        for key in ("phase_difference", "mean_virtual", "mean_phase_difference"):
+            if key in f:
+                assert f[key] == pytest.approx(s[key], rel=1e-6, abs=1e-6)
+        for w in f.get("weights", {}):
+            assert f["weights"][w] == pytest.approx(s["weights"][w], rel=1e-6)
