@@ -3,13 +3,15 @@
 # with its own CPU count and its own custom resource, so that coalloc sees N+1
 # heterogeneous nodes (one local manager per node).
 #
-#   deploy/local-cluster.sh start N [--dashboard] [--keep-logs]
+#   deploy/local-cluster.sh start N [--mhz M0,M1,...,MN] [--dashboard] [--keep-logs]
 #   deploy/local-cluster.sh status
 #   deploy/local-cluster.sh address
 #   deploy/local-cluster.sh stop
 #
-# Nodes:   head      --num-cpus 1       resources {"coalloc_head": 1}
-#          worker i  --num-cpus i+1     resources {"coalloc_node_<i>": 1}     (i = 1..N)
+# Nodes:   head      --num-cpus 1     resources {"coalloc_head": 1, "coalloc_mhz": M0}
+#          worker i  --num-cpus i+1   resources {"coalloc_node_<i>": 1, "coalloc_mhz": Mi}
+# coalloc reads a node's CPU speed from its coalloc_mhz resource. Default speeds:
+# 600, 500, 400, 300, 200, 100, 600, ... MHz (head first); --mhz gives all N+1 of them.
 #
 # Every node runs under its own session (setsid). `stop` ends exactly those sessions:
 # SIGTERM to each `ray start --block` leader (which stops its own Ray processes), then
@@ -39,7 +41,7 @@ TEMP_DIR="$DIR/ray"
 die() { echo "local-cluster: $*" >&2; exit 2; }
 
 usage() {
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -149,14 +151,33 @@ cmd_start() {
     local n=${1:-}
     shift || true
     [[ "$n" =~ ^[0-9]+$ ]] || die "start: N (number of workers) must be an integer >= 0, got '${n}'"
-    local dashboard=false keep=false arg
-    for arg in "$@"; do
-        case "$arg" in
+    local dashboard=false keep=false mhz_list="" k
+    while (($# > 0)); do
+        case "$1" in
             --dashboard) dashboard=true ;;
             --keep-logs) keep=true ;;
-            *) die "start: unknown option '$arg'" ;;
+            --mhz)
+                [[ $# -ge 2 ]] || die "start: --mhz needs a comma-separated list of speeds"
+                mhz_list=$2
+                shift
+                ;;
+            --mhz=*) mhz_list=${1#--mhz=} ;;
+            *) die "start: unknown option '$1'" ;;
         esac
+        shift
     done
+    local -a mhz=()
+    if [[ -n "$mhz_list" ]]; then
+        IFS=, read -r -a mhz <<<"$mhz_list"
+        [[ ${#mhz[@]} -eq $((n + 1)) ]] ||
+            die "start: --mhz needs $((n + 1)) speeds (head and $n workers), got ${#mhz[@]}"
+        for k in "${!mhz[@]}"; do
+            [[ "${mhz[$k]}" =~ ^[0-9]+$ && "${mhz[$k]}" -gt 0 ]] ||
+                die "start: --mhz[$k]: '${mhz[$k]}' is not a whole number of MHz > 0"
+        done
+    else
+        for ((k = 0; k <= n; k++)); do mhz+=($((600 - (k % 6) * 100))); done
+    fi
     command -v "$RAY" >/dev/null || die "the ray CLI ('$RAY') is not installed"
     if load_state; then
         local pid
@@ -189,19 +210,21 @@ cmd_start() {
     trap 'echo "local-cluster: interrupted; stopping what was started" >&2; cmd_stop >&2; exit 130' \
         INT TERM
 
-    head_pid=$(start_node head 1 '{"coalloc_head": 1}' --head --port="$gcs_port" \
+    local res="{\"coalloc_head\": 1, \"coalloc_mhz\": ${mhz[0]}}"
+    head_pid=$(start_node head 1 "$res" --head --port="$gcs_port" \
         --ray-client-server-port="$client_port" --temp-dir="$TEMP_DIR" "${dashboard_args[@]}")
     PIDS="$PIDS head:$head_pid"
     write_state
-    echo "head      pid $head_pid  cpus 1  resources {\"coalloc_head\": 1}"
+    echo "head      pid $head_pid  cpus 1  resources $res"
     wait_for_nodes "$ADDRESS" 1 >/dev/null
 
     local i pid
     for ((i = 1; i <= n; i++)); do
-        pid=$(start_node "worker$i" $((i + 1)) "{\"coalloc_node_$i\": 1}" --address="$ADDRESS")
+        res="{\"coalloc_node_$i\": 1, \"coalloc_mhz\": ${mhz[$i]}}"
+        pid=$(start_node "worker$i" $((i + 1)) "$res" --address="$ADDRESS")
         PIDS="$PIDS worker$i:$pid"
         write_state
-        echo "worker$i   pid $pid  cpus $((i + 1))  resources {\"coalloc_node_$i\": 1}"
+        echo "worker$i   pid $pid  cpus $((i + 1))  resources $res"
     done
     wait_for_nodes "$ADDRESS" $((n + 1))
     trap - ERR INT TERM

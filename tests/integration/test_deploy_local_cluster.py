@@ -70,7 +70,7 @@ def script(cluster_dir: Path, *args: str, timeout: float = 60) -> subprocess.Com
 
 
 def test_local_cluster_start_query_stop(cluster_dir: Path) -> None:
-    started = script(cluster_dir, "start", "1", timeout=400)
+    started = script(cluster_dir, "start", "1", "--mhz", "450,300", timeout=400)
     assert started.returncode == 0, started.stderr[-3000:]
     address = script(cluster_dir, "address").stdout.strip()
     state = (cluster_dir / "cluster.env").read_text()
@@ -94,12 +94,12 @@ def test_local_cluster_start_query_stop(cluster_dir: Path) -> None:
     nodes = [n for n in json.loads(query.stdout.strip().splitlines()[-1]) if n["alive"]]
     assert len(nodes) == 2
     by_label = {
-        label: n["resources"]["CPU"]
+        label: (n["resources"]["CPU"], n["resources"]["coalloc_mhz"])
         for n in nodes
         for label in n["resources"]
-        if label.startswith("coalloc_")
+        if label in ("coalloc_head", "coalloc_node_1")
     }
-    assert by_label == {"coalloc_head": 1.0, "coalloc_node_1": 2.0}
+    assert by_label == {"coalloc_head": (1.0, 450.0), "coalloc_node_1": (2.0, 300.0)}
 
     status = script(cluster_dir, "status")
     assert status.returncode == 0 and address in status.stdout

@@ -129,12 +129,17 @@ def test_script_is_executable_and_parses() -> None:
 
 def test_script_usage_and_bad_arguments(tmp_path: Path) -> None:
     usage = run_script(tmp_path=tmp_path)
-    assert usage.returncode == 2 and "start N" in usage.stdout
+    assert usage.returncode == 2 and "start N" in usage.stdout and "coalloc_mhz" in usage.stdout
     bad = run_script("start", "two", tmp_path=tmp_path)
     assert bad.returncode == 2
     assert "N (number of workers) must be an integer >= 0, got 'two'" in bad.stderr
     option = run_script("start", "1", "--frobnicate", tmp_path=tmp_path)
     assert option.returncode == 2 and "unknown option '--frobnicate'" in option.stderr
+    count = run_script("start", "2", "--mhz", "300,450", tmp_path=tmp_path)
+    assert count.returncode == 2
+    assert "--mhz needs 3 speeds (head and 2 workers), got 2" in count.stderr
+    zero = run_script("start", "1", "--mhz=0,450", tmp_path=tmp_path)
+    assert zero.returncode == 2 and "--mhz[0]: '0' is not a whole number" in zero.stderr
     assert not (tmp_path / "c" / "cluster.env").exists()
 
 
