@@ -5,3 +5,11 @@ nothing here imports Ray, ZeroMQ or plotting libraries at module level.
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):  # PEP 562: ``coalloc.connect`` without importing Ray up front
+    if name in ("connect", "Client"):
+        from coalloc import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'coalloc' has no attribute {name!r}")

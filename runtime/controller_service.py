@@ -10,8 +10,8 @@ managers' reports for that boundary are in; ``control_period`` is called with
 ``T_R = k * P`` (the time those reports describe), exactly as the simulator calls it after
 stepping every node to ``k * P``. The commands reach the local managers before their next
 boundary and so act on the cycle ending at ``k * P + q``, again as in the simulator.
-Reports are ingested as they arrive; duplicates (same node, incarnation and sequence
-number, or an older sequence number) are ignored and counted.
+Reports are ingested as they arrive; the transport has already dropped (and counted) bad
+frames and duplicates.
 """
 
 from __future__ import annotations
@@ -101,14 +101,12 @@ class ControllerService:
         )
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        self._last_seq: dict[tuple[str, int], int] = {}
         self._pending_jobs: dict[str, tuple[Any, ...]] = {}
         self.period_time: float | None = None
         self.counters: dict[str, int] = {
             "reports_received": 0,
             "reports_applied": 0,
             "reports_unknown_job": 0,
-            "reports_duplicate": 0,
             "periods": 0,
             "late_periods": 0,
             "skipped_periods": 0,
@@ -160,16 +158,10 @@ class ControllerService:
             self._flush()
 
     def ingest(self, reports: Iterable[ProgressReport]) -> None:
-        """Apply reports (duplicates and stale sequence numbers ignored)."""
+        """Apply decoded reports (the transport has dropped bad frames and duplicates)."""
         with self._lock:
             for rep in reports:
                 self.counters["reports_received"] += 1
-                source = (rep.node, rep.incarnation)
-                last = self._last_seq.get(source)
-                if last is not None and rep.seq <= last:
-                    self.counters["reports_duplicate"] += 1
-                    continue
-                self._last_seq[source] = rep.seq
                 if rep.job_id in self._pending_jobs:
                     # A report after the job's start: its period has passed here.
                     self._join_pending(rep.real_time)

@@ -121,7 +121,9 @@ class _ProcessRun:
 class _Record:
     """What ``status`` shows about one subtask on this node."""
 
-    __slots__ = ("subtask", "kind", "state", "exit_code", "reason", "start", "finish")
+    __slots__ = (
+        "subtask", "kind", "state", "exit_code", "reason", "start", "finish", "virtual_time"
+    )
 
     def __init__(self, subtask: Subtask, kind: ExecutorKind, start: float) -> None:
         self.subtask = subtask
@@ -131,6 +133,7 @@ class _Record:
         self.reason = ""
         self.start = start
         self.finish: float | None = None
+        self.virtual_time: float | None = None  # T_V at the last boundary, s
 
 
 def new_incarnation() -> int:
@@ -348,6 +351,9 @@ class NodeRuntime:
                         run.clock.advance(b, 0.0, 0.0)
                     finished.append(self._process_exit(key, b))
         for rep in reports:
+            rec = self._records.get((rep.job_id, rep.subtask))
+            if rec is not None:
+                rec.virtual_time = rep.virtual_time
             self._send(rep)
         for outcome in finished:
             self.on_finish(outcome)
@@ -551,7 +557,7 @@ class NodeRuntime:
         else:
             d["done_work"] = s.work if rec.state is SubtaskState.FINISHED else s.done_work
             d["virtual_time"] = (
-                self.scheduler.virtual_time(key) if sched_sub is not None else None
+                self.scheduler.virtual_time(key) if sched_sub is not None else rec.virtual_time
             )
         return d
 

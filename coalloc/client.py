@@ -1,0 +1,188 @@
+"""The Python API of the live runtime.
+
+    import coalloc
+    client = coalloc.connect()            # the cluster `coalloc up` started, or address=
+    job_id = client.submit("examples/coupled-sim.yaml")
+    final = client.wait(job_id, timeout=60)
+    print(final["state"], client.status(job_id)["jobs"][0]["phase_difference"])
+
+``connect`` finds the cluster from ``address`` (``host:port`` of the Ray GCS, or
+``auto``), else from the state file ``coalloc up`` wrote (``~/.coalloc/state.json``), else
+from ``$RAY_ADDRESS``. Errors a user can fix (no cluster, coalloc not running there, a
+bad job spec, an unknown job id) are :class:`coalloc.errors.UserError` with a one-line
+message.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from coalloc.errors import UserError
+
+#: Real seconds between two polls of ``wait``.
+POLL_S = 0.2
+
+
+class JobRejected(UserError):
+    """The global manager did not admit a job; ``job_id`` and ``reason`` say which and why."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        self.job_id = job_id
+        self.reason = reason
+        super().__init__(f"{job_id}: rejected: {reason}", exit_code=1)
+
+
+class Client:
+    """A connection to the global manager of a running coalloc deployment."""
+
+    def __init__(self, global_manager: Any, address: str) -> None:
+        self._gm = global_manager
+        self.address = address
+        self._deployment: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def _call(self, method: str, *args: Any, timeout: float = 60.0) -> Any:
+        import ray
+
+        try:
+            return ray.get(getattr(self._gm, method).remote(*args), timeout=timeout)
+        except ray.exceptions.RayActorError:
+            raise UserError(
+                f"{self.address}: the coalloc global manager is gone; run coalloc up"
+            ) from None
+        except ray.exceptions.GetTimeoutError:
+            raise UserError(
+                f"{self.address}: the coalloc global manager did not answer within {timeout:g} s"
+            ) from None
+
+    def deployment(self) -> dict[str, Any]:
+        """Endpoints, phase-log path, actor names, node names and time scale."""
+        if self._deployment is None:
+            self._deployment = self._call("deployment")
+        return dict(self._deployment)
+
+    def specs(self, spec: Any) -> list[Any]:
+        """Job specs from a mapping, a JobSpec, a list of those, or a YAML/JSON file path;
+        checked against the number of nodes (SpecError names the source and field)."""
+        from workloads.model import JobSpec
+        from workloads.spec import check_fits, load_jobs, parse_document, parse_job
+
+        source = "<input>"
+        if isinstance(spec, (str, Path)):
+            source = str(spec)
+            jobs = load_jobs(spec)
+        elif isinstance(spec, JobSpec):
+            jobs = [spec]
+        elif isinstance(spec, Mapping):
+            jobs = [parse_job(spec, source)]
+        elif isinstance(spec, Iterable):
+            items = list(spec)
+            if all(isinstance(j, JobSpec) for j in items):
+                jobs = items
+            else:
+                jobs = parse_document(items, source)
+        else:
+            raise UserError(
+                f"spec: expected a job mapping, a JobSpec or a file path, got {type(spec).__name__}"
+            )
+        n_nodes = int(self.deployment()["n_nodes"])
+        for i, job in enumerate(jobs):
+            check_fits(job, n_nodes, source, i if len(jobs) > 1 else None)
+        return jobs
+
+    # ------------------------------------------------------------------ the API
+    def submit_all(self, spec: Any) -> list[dict[str, Any]]:
+        """Submit every job of ``spec`` in one batch (they start at the same cycle
+        boundary); one answer per job: ``job_id``, ``name``, ``admitted``, ``reason``,
+        ``nodes``, ``start_at`` (model s)."""
+        return list(self._call("submit", self.specs(spec)))
+
+    def submit(self, spec: Any) -> str:
+        """Submit one job; return its id. Raises :class:`JobRejected` if not admitted."""
+        jobs = self.specs(spec)
+        if len(jobs) != 1:
+            raise UserError(
+                f"{spec if isinstance(spec, (str, Path)) else '<input>'}: holds {len(jobs)} "
+                "jobs; use submit_all for several"
+            )
+        (answer,) = self._call("submit", jobs)
+        if not answer["admitted"]:
+            raise JobRejected(answer["job_id"], answer["reason"])
+        return str(answer["job_id"])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """The global manager's record of one job; UserError for an unknown id."""
+        rec = self._call("job", job_id)
+        if rec is None:
+            raise UserError(f"{job_id}: unknown job id")
+        return dict(rec)
+
+    def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """Block until the job is completed, failed, cancelled or rejected; return its
+        record. Raises TimeoutError after ``timeout`` real seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            rec = self.job(job_id)
+            if rec["state"] != "running":
+                return rec
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"{job_id}: still running after {timeout:g} s")
+            time.sleep(POLL_S)
+
+    def job_states(self, job_ids: Iterable[str] | None = None) -> dict[str, str]:
+        return dict(self._call("job_states", list(job_ids) if job_ids is not None else None))
+
+    def status(self, job_id: str | None = None) -> dict[str, Any]:
+        """The deployment's status (jobs, subtasks, nodes, clocks, phase differences,
+        counters); with ``job_id`` only that job (UserError if unknown)."""
+        st = dict(self._call("status", job_id))
+        if job_id is not None and not st["jobs"]:
+            raise UserError(f"{job_id}: unknown job id")
+        return st
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        """Cancel a running job (its processes are killed); return its record."""
+        rec = self._call("cancel", job_id)
+        if rec is None:
+            raise UserError(f"{job_id}: unknown job id")
+        return dict(rec)
+
+
+def resolve_address(address: str | None) -> str:
+    """The Ray address to use: ``address``, else the state file's, else ``$RAY_ADDRESS``."""
+    if address:
+        return address
+    from runtime.state import load_state, state_path
+
+    state = load_state()
+    if state is not None:
+        return state.address
+    env = os.environ.get("RAY_ADDRESS")
+    if env:
+        return env
+    raise UserError(
+        f"no coalloc cluster: {state_path()} does not exist; run coalloc up "
+        "(or give --address host:port of a Ray cluster where coalloc up ran)"
+    )
+
+
+def connect(address: str | None = None) -> Client:
+    """Connect to the coalloc deployment on the Ray cluster at ``address`` (see the module
+    docstring). Raises :class:`UserError` when no cluster or no deployment is found."""
+    import ray
+
+    from runtime.config import GLOBAL_NAME
+    from runtime.deploy import connect_ray, find_actor
+
+    if ray.is_initialized() and not address:
+        gcs = str(ray.get_runtime_context().gcs_address)
+    else:
+        gcs = connect_ray(resolve_address(address))
+    gm = find_actor(GLOBAL_NAME)
+    if gm is None:
+        raise UserError(f"{gcs}: coalloc is not running on this Ray cluster; run coalloc up")
+    return Client(gm, gcs)

@@ -1,0 +1,114 @@
+"""Options shared by ``coalloc up`` and ``coalloc run``, and small table helpers."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from coalloc.errors import UserError
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return v
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port 0-65535: {text!r}")
+    return int(text)
+
+
+def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None) -> None:
+    """The deployment options (``--nodes``, ``--policy``, time scale, ports, NTP, log)."""
+    parser.add_argument(
+        "--nodes",
+        default=nodes_default,
+        metavar="SPEC",
+        help="emulate grid nodes as separate local managers: a count (4: speeds drawn "
+        "uniform in 100-600 MHz, seeded) or speeds in MHz (300,450,600); default: "
+        + (nodes_default or "one local manager per Ray node"),
+    )
+    parser.add_argument(
+        "--policy", default="sq", help="scheduling policy: sq, strict, none, sq_no_overbooking, "
+        "sq_work_conserving (default: sq)"
+    )
+    parser.add_argument(
+        "--time-scale", type=_positive_float, default=100.0, metavar="X",
+        help="model seconds per real second (default 100: a 1800 s job runs for 18 s)",
+    )
+    parser.add_argument(
+        "--cycle", type=_positive_float, default=10.0, metavar="Q",
+        help="local scheduling cycle q in model seconds (default 10)",
+    )
+    parser.add_argument(
+        "--control-every", type=int, default=1, metavar="N",
+        help="cycles per control period (default 1)",
+    )
+    parser.add_argument(
+        "--report-port", type=_port, default=0, metavar="P",
+        help="TCP port of the controller's report socket (default: ephemeral)",
+    )
+    parser.add_argument(
+        "--command-port", type=_port, default=0, metavar="P",
+        help="TCP port of the controller's command socket (default: ephemeral)",
+    )
+    parser.add_argument(
+        "--ntp-server", action="append", default=[], metavar="HOST[:PORT]",
+        help="NTP server for the real clock (repeatable; none: the local clock)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed for node speeds and placement")
+    parser.add_argument(
+        "--core-mhz", type=_positive_float, default=1000.0, metavar="MHZ",
+        help="speed of one CPU of a Ray node without a coalloc_mhz resource (default 1000)",
+    )
+
+
+def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
+    """A :class:`runtime.config.RuntimeConfig` from the parsed options (UserError if bad)."""
+    from clocks.real_clock import parse_server
+    from runtime.config import RuntimeConfig
+
+    try:
+        for i, server in enumerate(args.ntp_server):
+            parse_server(server, i)
+        return RuntimeConfig(
+            policy=args.policy,
+            time_scale=args.time_scale,
+            cycle=args.cycle,
+            control_every=args.control_every,
+            report_port=args.report_port,
+            command_port=args.command_port,
+            ntp_servers=tuple(args.ntp_server),
+            log_path=log_path,
+            seed=args.seed,
+            core_mhz=args.core_mhz,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc).replace("servers[", "--ntp-server[")) from None
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    """A table cell: floats with ``digits`` decimals, None as '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "-"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain left-aligned text table."""
+    cells = [[str(h) for h in headers]] + [[fmt(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    return "\n".join(lines)

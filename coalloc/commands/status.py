@@ -1,0 +1,128 @@
+"""``coalloc status [JOB] [--json]``: jobs, subtasks, nodes, virtual clocks, the current
+phase difference and the counters (reports received, applied and dropped by reason,
+commands sent) of the running coalloc. ``--json`` prints the whole document, including
+``report_endpoint``. Times are model seconds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from coalloc.commands._runtime_args import fmt, table
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "status", help="show jobs, nodes, clocks, phase differences and counters",
+        description=__doc__,
+    )
+    parser.add_argument("job", nargs="?", default=None, metavar="JOB", help="only this job")
+    parser.add_argument("--json", action="store_true", help="print the status as JSON")
+    parser.add_argument("--address", default=None, metavar="ADDR", help="Ray cluster address")
+    parser.set_defaults(handler=run_status)
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN or infinity: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from coalloc.client import connect
+
+    st = connect(args.address).status(args.job)
+    if args.json:
+        print(json.dumps(_clean(st), indent=2, sort_keys=True, default=str))
+        return 0
+    print(render(st, detail=args.job is not None))
+    return 0
+
+
+def _progress(job: dict[str, Any]) -> str:
+    vals = [s.get("progress") for s in job["subtasks"]]
+    known = [v for v in vals if v is not None]
+    if not known:
+        return "-"
+    return f"{100 * sum(known) / len(known):.0f}%"
+
+
+def render(st: dict[str, Any], detail: bool = False) -> str:
+    """The status as text tables."""
+    clock = st.get("clock") or {}
+    c = st["counters"]
+    ctl = c.get("controller", {})
+    transport = c.get("transport", {})
+    dropped = {k: v for k, v in (c.get("dropped") or {}).items() if v}
+    lines = [
+        f"coalloc on {st['address']}: policy {st['policy']}, model time "
+        f"{fmt(st['model_time'])} s (time scale {st['time_scale']:g}, cycle {st['cycle']:g} s)",
+        f"real clock {clock.get('quality', '-')} (offset {fmt(clock.get('offset_s'), 4)} s); "
+        f"report endpoint {st['report_endpoint']}; phase log {st['phase_log']}",
+        f"reports received {ctl.get('reports_received', 0)}, applied "
+        f"{ctl.get('reports_applied', 0)}, duplicates {transport.get('duplicates', 0)}, "
+        f"dropped {sum(int(v) for v in dropped.values())}"
+        + (f" ({', '.join(f'{k} {v}' for k, v in sorted(dropped.items()))})" if dropped else "")
+        + f"; commands sent {ctl.get('commands_sent', 0)}",
+        "",
+    ]
+    if not detail:
+        lines.append(
+            table(
+                ("NODE", "MHZ", "CORES", "BUDGET", "COMMITTED", "SUBTASKS", "READY", "RAY NODE"),
+                [
+                    (
+                        n["name"], n["speed_mhz"], n["cores"], n["budget"], n["committed"],
+                        n["running_subtasks"], "yes" if n["ready"] else "NO",
+                        (n["ray_node_id"] or "-")[:12],
+                    )
+                    for n in st["nodes"]
+                ],
+            )
+        )
+        lines.append("")
+    if not st["jobs"]:
+        lines.append("no jobs")
+        return "\n".join(lines)
+    lines.append(
+        table(
+            ("JOB", "NAME", "QOS", "STATE", "PROGRESS", "PHASE DIFF", "MEAN T_V", "WINDOW",
+             "NODES"),
+            [
+                (
+                    j["job_id"], j["name"], j["qos"], j["state"], _progress(j),
+                    j.get("phase_difference", j.get("mean_phase_difference")),
+                    j.get("mean_virtual"), j.get("window", "-"), ",".join(j["nodes"]) or "-",
+                )
+                for j in st["jobs"]
+            ],
+        )
+    )
+    if detail:
+        for j in st["jobs"]:
+            if j.get("reason"):
+                lines.append(f"\n{j['job_id']}: {j['reason']}")
+            lines.append("")
+            lines.append(
+                table(
+                    ("SUBTASK", "NODE", "EXECUTOR", "STATE", "PROGRESS", "T_V", "WEIGHT",
+                     "VIRTUAL W", "PID", "EXIT"),
+                    [
+                        (
+                            s["index"], s["node"], s["executor"], s.get("state", "-"),
+                            "-" if s.get("progress") is None else f"{100 * s['progress']:.0f}%",
+                            s.get("virtual_time"), s.get("weight"), s.get("virtual_weight"),
+                            s.get("pid"), s.get("exit_code"),
+                        )
+                        for s in j["subtasks"]
+                    ],
+                )
+            )
+    return "\n".join(lines)

@@ -1,0 +1,460 @@
+"""The Ray actors of the live runtime: thin shells over the services.
+
+* :class:`GlobalManagerActor` (named ``coalloc-global``, detached, namespace ``coalloc``):
+  :class:`~runtime.global_service.GlobalService`; the entry point of clients; holds the
+  report endpoint and the names of the other actors.
+* :class:`ControllerActor` (``coalloc-controller``): binds the report (PULL) and command
+  sockets and runs :class:`~runtime.controller_service.ControllerService`.
+* :class:`LocalManagerActor` (``coalloc-lm-<node>``, one per grid node, pinned to its Ray
+  node): runs :class:`~runtime.node_runtime.NodeRuntime` in a thread.
+
+They are plain classes; :mod:`runtime.deploy` turns them into Ray actors with
+``ray.remote(...).options(...)``. All are threaded actors (``max_concurrency`` > 1) so
+that status calls are answered while the loops run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from runtime.config import (
+    CONTROLLER_NAME,
+    GLOBAL_NAME,
+    NAMESPACE,
+    RuntimeConfig,
+    local_manager_name,
+)
+from runtime.controller_service import ControllerService
+from runtime.global_service import GlobalService
+from runtime.node_runtime import NodeRuntime, SubtaskOutcome
+from runtime.timebase import ModelClock, TimeBase, make_real_clock
+from workloads.model import JobSpec, Node, QosClass, Subtask
+
+log = logging.getLogger("coalloc.runtime")
+
+#: Real seconds a status call waits for the other actors before marking them unreachable.
+STATUS_TIMEOUT_S = 5.0
+#: Real seconds the global manager waits for a controller or local-manager call.
+CALL_TIMEOUT_S = 30.0
+
+
+def _node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def _node_ip() -> str:
+    import ray.util
+
+    return str(ray.util.get_node_ip_address())
+
+
+# ----------------------------------------------------------------------- controller
+
+
+class ControllerActor:
+    """The co-allocation controller on its node (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        base: TimeBase,
+        node_budgets: dict[str, float],
+        log_path: str | None,
+    ) -> None:
+        from runtime.metrics import RayControllerMetrics
+
+        self.config = config
+        self.real = make_real_clock(config.ntp_servers)
+        self.clock = ModelClock(self.real, base)
+        from coallocator.transport import CommandPublisher, ReportReceiver
+
+        host = _node_ip()
+        self.receiver = ReportReceiver(host, config.report_port or None)
+        self.publisher = CommandPublisher(host, config.command_port or None)
+        self.service = ControllerService(
+            config,
+            self.clock,
+            node_budgets,
+            self.receiver,
+            self.publisher,
+            Path(log_path) if log_path else None,
+            RayControllerMetrics(),
+        )
+        self._thread = threading.Thread(
+            target=self.service.run, name="coalloc-controller", daemon=True
+        )
+        self._thread.start()
+
+    def ready(self) -> dict[str, Any]:
+        return {
+            "ray_node_id": _node_id(),
+            "pid": os.getpid(),
+            "report_endpoint": self.receiver.endpoint,
+            "command_endpoint": self.publisher.endpoint,
+            "running": self._thread.is_alive(),
+        }
+
+    def register_job(
+        self,
+        job_id: str,
+        qos: str,
+        arrival: float,
+        subtasks: list[tuple[int, str, float]],
+        overall_deviation: float | None,
+        asynchrony: float | None,
+    ) -> None:
+        self.service.register_job(
+            job_id, QosClass(qos), arrival, subtasks, overall_deviation, asynchrony
+        )
+
+    def cancel(self, job_id: str) -> None:
+        self.service.cancel(job_id)
+
+    def status(self) -> dict[str, Any]:
+        st = self.service.status()
+        st["running"] = self._thread.is_alive()
+        st["real_clock"] = self.real.status().to_dict()
+        return st
+
+    def shutdown(self) -> bool:
+        self.service.stop()
+        self._thread.join(timeout=5.0)
+        self.service.close()
+        self.receiver.close()
+        self.publisher.close()
+        self.real.close()
+        return True
+
+
+# -------------------------------------------------------------------- local manager
+
+
+class LocalManagerActor:
+    """One grid node's local manager (see the module docstring)."""
+
+    def __init__(
+        self,
+        node: Node,
+        config: RuntimeConfig,
+        base: TimeBase,
+        report_endpoint: str,
+        command_endpoint: str,
+        output_dir: str | None,
+    ) -> None:
+        from local_manager.process_executor import reap_stale_subtasks
+        from runtime.metrics import RayNodeMetrics
+
+        # Subtask processes of a local manager that was SIGKILLed (ray.kill) are orphans.
+        self.reaped = len(reap_stale_subtasks())
+        self.node = node
+        self.config = config
+        self.real = make_real_clock(config.ntp_servers)
+        self.clock = ModelClock(self.real, base)
+        from coallocator.transport import CommandSubscriber, ReportSender
+
+        self.sender = ReportSender(report_endpoint)
+        self.subscriber = CommandSubscriber(command_endpoint, node.name)
+        self._gm: Any = None
+        self.runtime = NodeRuntime(
+            node,
+            config,
+            self.clock,
+            self.sender,
+            self.subscriber,
+            self._ended,
+            output_dir=Path(output_dir) if output_dir else None,
+        )
+        self.metrics = RayNodeMetrics(node.name)
+        self._thread = threading.Thread(
+            target=self.runtime.run, name=f"coalloc-lm-{node.name}", daemon=True
+        )
+        self._thread.start()
+
+    def _ended(self, outcome: SubtaskOutcome) -> None:
+        """Tell the global manager (fire and forget) that a subtask left the node."""
+        import ray
+
+        try:
+            if self._gm is None:
+                self._gm = ray.get_actor(GLOBAL_NAME, namespace=NAMESPACE)
+            self._gm.subtask_ended.remote(outcome)
+        except Exception:  # noqa: BLE001 - the global manager may be gone (down)
+            log.warning("cannot reach the global manager about %s", outcome)
+
+    def ready(self) -> dict[str, Any]:
+        return {
+            "node": self.node.name,
+            "ray_node_id": _node_id(),
+            "pid": os.getpid(),
+            "incarnation": self.runtime.incarnation,
+            "running": self._thread.is_alive(),
+            "reaped_stale": self.reaped,
+        }
+
+    def place(self, subtasks: list[Subtask], start: float) -> int:
+        self.runtime.submit(subtasks, start)
+        return len(subtasks)
+
+    def cancel(self, job_id: str) -> bool:
+        return self.runtime.cancel_job(job_id)
+
+    def status(self) -> dict[str, Any]:
+        snap = self.runtime.snapshot()
+        snap["ray_node_id"] = _node_id()
+        snap["pid"] = os.getpid()
+        snap["loop_alive"] = self._thread.is_alive()
+        snap["transport"] = {
+            "sender": dict(self.sender.counters()),
+            "subscriber": dict(self.subscriber.counters()),
+        }
+        running = sum(1 for s in snap.get("subtasks", []) if s["state"] == "running")
+        self.metrics.update(snap.get("counters", {}), running)
+        return snap
+
+    def shutdown(self) -> bool:
+        """Stop the loop, kill every subtask process, close the sockets."""
+        self.runtime.stop()
+        self._thread.join(timeout=15.0)
+        self.sender.close()
+        self.subscriber.close()
+        self.real.close()
+        return True
+
+
+# ------------------------------------------------------------------- global manager
+
+
+class _RayDispatch:
+    """Reaches the controller and the local managers through Ray calls."""
+
+    def __init__(self, controller: Any, local_managers: dict[str, Any]) -> None:
+        self.controller = controller
+        self.local_managers = local_managers
+
+    def register(
+        self,
+        job_id: str,
+        qos: QosClass,
+        arrival: float,
+        subtasks: list[tuple[int, str, float]],
+        overall_deviation: float | None,
+        asynchrony: float | None,
+    ) -> None:
+        import ray
+
+        ray.get(
+            self.controller.register_job.remote(
+                job_id, qos.value, arrival, subtasks, overall_deviation, asynchrony
+            ),
+            timeout=CALL_TIMEOUT_S,
+        )
+
+    def place(self, node: str, subtasks: list[Subtask], start: float) -> None:
+        import ray
+
+        ray.get(self.local_managers[node].place.remote(subtasks, start), timeout=CALL_TIMEOUT_S)
+
+    def cancel(self, job_id: str, nodes: Any) -> None:
+        import ray
+
+        refs = [self.local_managers[n].cancel.remote(job_id) for n in nodes]
+        refs.append(self.controller.cancel.remote(job_id))
+        ray.get(refs, timeout=CALL_TIMEOUT_S)
+
+
+class GlobalManagerActor:
+    """The global manager (see the module docstring). ``placements``: (node, Ray node id,
+    emulated) per local manager; ``info``: what ``up`` recorded (endpoints, log path,
+    actor names), shown by ``status``."""
+
+    def __init__(
+        self,
+        placements: list[tuple[Node, str, bool]],
+        config: RuntimeConfig,
+        base: TimeBase,
+        info: dict[str, Any],
+    ) -> None:
+        import ray
+
+        self.config = config
+        self.base = base
+        self.info = dict(info)
+        self.placements = placements
+        self.real = make_real_clock(config.ntp_servers)
+        self.clock = ModelClock(self.real, base)
+        self.controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+        self.local_managers = {
+            node.name: ray.get_actor(local_manager_name(node.name), namespace=NAMESPACE)
+            for node, _, _ in placements
+        }
+        self.service = GlobalService(
+            [node for node, _, _ in placements],
+            config,
+            self.clock,
+            _RayDispatch(self.controller, self.local_managers),
+        )
+
+    def ready(self) -> dict[str, Any]:
+        return {"ray_node_id": _node_id(), "pid": os.getpid(), "nodes": len(self.placements)}
+
+    def deployment(self) -> dict[str, Any]:
+        """What clients need: endpoints, log path, actor names, nodes and configuration."""
+        return dict(
+            self.info,
+            nodes=[node.name for node, _, _ in self.placements],
+            n_nodes=len(self.placements),
+            time_scale=self.config.time_scale,
+            cycle=self.config.cycle,
+        )
+
+    def submit(self, specs: list[JobSpec]) -> list[dict[str, Any]]:
+        return self.service.submit(list(specs))
+
+    def subtask_ended(self, outcome: SubtaskOutcome) -> None:
+        self.service.subtask_ended(outcome)
+
+    def cancel(self, job_id: str) -> dict[str, Any] | None:
+        return self.service.cancel(job_id)
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        return self.service.job(job_id)
+
+    def job_states(self, job_ids: list[str] | None = None) -> dict[str, str]:
+        return self.service.job_states(job_ids)
+
+    def status(self, job_id: str | None = None) -> dict[str, Any]:
+        """Jobs, subtasks, nodes, virtual clocks, phase differences and counters."""
+        import ray
+
+        desc = self.service.describe()
+        names = list(self.local_managers)
+        refs = [self.local_managers[n].status.remote() for n in names]
+        ctl_ref = self.controller.status.remote()
+        lm_status: dict[str, Any] = {}
+        for name, ref in zip(names, refs):
+            try:
+                lm_status[name] = ray.get(ref, timeout=STATUS_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - shown as unreachable
+                lm_status[name] = {"error": f"unreachable: {type(exc).__name__}"}
+        try:
+            ctl = ray.get(ctl_ref, timeout=STATUS_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001
+            ctl = {"error": f"unreachable: {type(exc).__name__}", "jobs": {}, "counters": {}}
+        return assemble_status(desc, lm_status, ctl, self.placements, self.config, self.info,
+                               job_id)
+
+    def shutdown(self) -> bool:
+        self.real.close()
+        return True
+
+
+def assemble_status(
+    desc: dict[str, Any],
+    lm_status: dict[str, Any],
+    ctl: dict[str, Any],
+    placements: list[tuple[Node, str, bool]],
+    config: RuntimeConfig,
+    info: dict[str, Any],
+    job_id: str | None = None,
+) -> dict[str, Any]:
+    """Merge the global manager's, the local managers' and the controller's views into
+    the document ``coalloc status --json`` prints."""
+    placement = {node.name: (ray_id, emulated) for node, ray_id, emulated in placements}
+    by_key: dict[tuple[str, int], dict[str, Any]] = {}
+    for name, st in lm_status.items():
+        for s in st.get("subtasks", []):
+            by_key[(s["job_id"], s["index"])] = dict(s, node=name)
+    nodes = []
+    for n in desc["nodes"]:
+        st = lm_status.get(n["name"], {})
+        ray_id, emulated = placement.get(n["name"], (None, False))
+        nodes.append(
+            dict(
+                n,
+                ray_node_id=ray_id,
+                emulated=emulated,
+                ready=bool(st.get("running")) and not st.get("error"),
+                error=st.get("error"),
+                model_time=st.get("model_time"),
+                incarnation=st.get("incarnation"),
+                running_subtasks=sum(
+                    1 for s in st.get("subtasks", []) if s.get("state") == "running"
+                ),
+                counters=st.get("counters", {}),
+                transport=st.get("transport", {}),
+            )
+        )
+    ctl_jobs = ctl.get("jobs", {})
+    jobs = []
+    for j in desc["jobs"]:
+        if job_id is not None and j["job_id"] != job_id:
+            continue
+        view = ctl_jobs.get(j["job_id"], {})
+        tvs = view.get("virtual_times")
+        subs = []
+        for s in j["subtasks"]:
+            live = by_key.get((j["job_id"], s["index"]), {})
+            d = dict(s)
+            for key in ("done_work", "weight", "virtual_weight", "virtual_time", "share", "pid",
+                        "cpu_s", "start_time"):
+                if key in live:
+                    d[key] = live[key]
+            for key in ("state", "exit_code", "reason"):
+                if d.get(key) is None and live.get(key) is not None:
+                    d[key] = live[key]
+            if tvs is not None and s["index"] < len(tvs) and view.get("closed") is False:
+                d["controller_virtual_time"] = tvs[s["index"]]
+            if d.get("state") == "finished":
+                d["progress"] = 1.0
+            elif d.get("executor") == "synthetic" and d.get("work"):
+                d["progress"] = min(1.0, float(d.get("done_work", 0.0)) / float(d["work"]))
+            else:
+                d["progress"] = None
+            subs.append(d)
+        job = dict(j, subtasks=subs)
+        if view and not view.get("closed"):
+            job["phase_difference"] = view.get("phase_difference")
+            job["mean_virtual"] = view.get("mean_virtual")
+            job["window"] = view.get("window")
+        elif view:
+            for key in ("mean_phase_difference", "max_phase_difference", "completion_skew",
+                        "turnaround"):
+                job[key] = view.get(key)
+        jobs.append(job)
+    transport = ctl.get("transport", {})
+    counters = {
+        "report_endpoint": ctl.get("report_endpoint"),
+        "command_endpoint": ctl.get("command_endpoint"),
+        "controller": ctl.get("counters", {}),
+        "transport": transport,
+        "commands_transport": ctl.get("commands_transport", {}),
+        "dropped": transport.get("dropped", {}),
+        "local_managers": {
+            n["name"]: dict(n["counters"], **{"transport": n["transport"]}) for n in nodes
+        },
+    }
+    return {
+        "address": info.get("address"),
+        "policy": desc["policy"],
+        "time_scale": config.time_scale,
+        "cycle": config.cycle,
+        "control_period": config.control_period,
+        "model_time": desc["model_time"],
+        "phase_log": ctl.get("phase_log") or info.get("phase_log"),
+        "report_endpoint": ctl.get("report_endpoint"),
+        "clock": ctl.get("real_clock", ctl.get("clock")),
+        "controller": {
+            "running": ctl.get("running"),
+            "error": ctl.get("error"),
+            "period_time": ctl.get("period_time"),
+        },
+        "counters": counters,
+        "nodes": nodes,
+        "jobs": jobs,
+    }

@@ -1,0 +1,367 @@
+"""Starting and stopping the live runtime on a Ray cluster (``coalloc up`` / ``down``).
+
+``up`` on an existing cluster creates the actors there; with no cluster it starts an
+embedded Ray head first: ``ray start --head --block`` in a new session (so it outlives
+the CLI process), with its own Ray temp dir (so that other Ray users on the machine never
+connect to it by accident), and records it in the state file. ``down`` removes exactly
+the actors ``up`` created (local managers first, so that their subtask processes are
+killed) and, if ``up`` started the head, that head's session and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coalloc.errors import UserError
+from runtime.config import (
+    CONTROLLER_NAME,
+    GLOBAL_NAME,
+    NAMESPACE,
+    RuntimeConfig,
+    coalloc_home,
+    local_manager_name,
+)
+from runtime.nodes import NodePlacement, parse_nodes_spec, plan, ray_nodes_from
+from runtime.timebase import TimeBase, make_real_clock
+
+#: Real seconds to wait for every actor to report ready.
+READY_TIMEOUT_S = 120.0
+#: Real seconds to wait for an embedded head to accept connections.
+HEAD_TIMEOUT_S = 90.0
+#: Real seconds to let a graceful ``shutdown`` of an actor finish.
+SHUTDOWN_TIMEOUT_S = 20.0
+
+
+# --------------------------------------------------------------------------- Ray
+
+
+def connect_ray(address: str) -> str:
+    """Connect this process to the Ray cluster at ``address`` (or reuse a connection);
+    return the GCS address. Raises :class:`UserError` when no cluster is reachable."""
+    import ray
+
+    if ray.is_initialized():
+        return str(ray.get_runtime_context().gcs_address)
+    if address not in ("auto", "local") and not _reachable(address):
+        raise UserError(f"{address}: no Ray cluster reachable there (start one, or run coalloc up)")
+    try:
+        ray.init(
+            address=address,
+            namespace=NAMESPACE,
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{address}: cannot connect to a Ray cluster ({first})") from None
+    return str(ray.get_runtime_context().gcs_address)
+
+
+def _reachable(address: str, timeout: float = 3.0) -> bool:
+    """Whether the GCS port ``host:port`` accepts TCP connections."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"{address}: not a Ray address (expected host:port, auto or local)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def find_actor(name: str) -> Any | None:
+    import ray
+
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------- embedded head
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedHead:
+    address: str
+    pid: int
+    temp_dir: str
+    log: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_embedded_head(num_cpus: int | None = None) -> EmbeddedHead:
+    """Start ``ray start --head --block`` in its own session; wait until it answers."""
+    home = coalloc_home()
+    home.mkdir(parents=True, exist_ok=True)
+    # A short temp dir: Ray's socket paths must stay under 107 characters.
+    temp_dir = Path(f"/tmp/coalloc-{os.getuid()}/ray")
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    log_path = home / "ray-head.log"
+    argv = [
+        sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+        f"--port={port}", f"--temp-dir={temp_dir}", "--node-ip-address=127.0.0.1",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+    ]
+    if num_cpus is not None:
+        argv.append(f"--num-cpus={num_cpus}")
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + HEAD_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise UserError(
+                f"embedded Ray head exited with status {proc.returncode}; see {log_path}"
+            )
+        if _reachable(address, timeout=0.5):
+            # The GCS answers; give the raylet a moment to register the node.
+            return EmbeddedHead(address, proc.pid, str(temp_dir), str(log_path))
+        time.sleep(0.25)
+    stop_session(proc.pid)
+    raise UserError(f"embedded Ray head did not start within {HEAD_TIMEOUT_S:g} s; see {log_path}")
+
+
+def _session_members(sid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        # fields[0] = state, [3] = session id (proc(5) fields 3 and 6).
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+            out.append(int(name))
+    return out
+
+
+def stop_session(leader: int, timeout: float = 20.0) -> int:
+    """Stop the session led by ``leader`` (an embedded ``ray start --block``): SIGTERM to
+    the leader (it stops its Ray processes), then SIGKILL to whatever is left in that
+    session. Returns how many processes had to be killed. Touches no other session."""
+    members = _session_members(leader)
+    if not members:
+        return 0
+    try:
+        os.kill(leader, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _session_members(leader):
+        try:
+            os.waitpid(leader, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.1)
+    left = _session_members(leader)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(left)
+
+
+# --------------------------------------------------------------------------- actors
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """What :func:`deploy` created. Times in real seconds."""
+
+    address: str
+    actors: tuple[str, ...]
+    placements: tuple[NodePlacement, ...]
+    report_endpoint: str
+    command_endpoint: str
+    phase_log: str
+    ready_s: float
+
+
+def default_log_path() -> Path:
+    """A fresh ``~/.coalloc/logs/phase-<time>.jsonl``, with ``phase.jsonl`` linked to it."""
+    logs = coalloc_home() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = logs / f"phase-{stamp}.jsonl"
+    n = 1
+    while path.exists():
+        path = logs / f"phase-{stamp}-{n}.jsonl"
+        n += 1
+    link = logs / "phase.jsonl"
+    try:
+        if link.is_symlink() or not link.exists():
+            link.unlink(missing_ok=True)
+            link.symlink_to(path.name)
+    except OSError:
+        pass  # the link is a convenience only
+    return path
+
+
+def deploy(
+    config: RuntimeConfig,
+    nodes_spec: str | None = None,
+    log_path: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Deployment:
+    """Create the controller, the local managers and the global manager on the connected
+    Ray cluster and wait until all are ready. Raises :class:`UserError` if coalloc is
+    already running there or the cluster cannot host it."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from global_manager.core import GlobalConfig, GlobalManagerCore
+    from runtime.actors import ControllerActor, GlobalManagerActor, LocalManagerActor
+
+    say = progress or (lambda msg: None)
+    t0 = time.monotonic()
+    if find_actor(GLOBAL_NAME) is not None:
+        raise UserError("coalloc is already running on this Ray cluster; run coalloc down first")
+    try:
+        emulated = parse_nodes_spec(nodes_spec, config.seed) if nodes_spec else None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    ray_nodes = ray_nodes_from(ray.nodes())
+    placements = plan(ray_nodes, emulated, config.core_mhz)
+    nodes = [p.node for p in placements]
+    policy = config.get_policy()
+    budgets = GlobalManagerCore(
+        nodes, policy, GlobalConfig(config.rate_per_weight, config.qos_share)
+    ).node_budgets()
+    here = str(ray.get_runtime_context().get_node_id())
+    address = str(ray.get_runtime_context().gcs_address)
+    log = str(Path(log_path).expanduser().resolve()) if log_path else str(default_log_path())
+    output_dir = str(coalloc_home() / "logs" / "subtasks")
+
+    # Model time 0 is now; every actor reads it through its own real clock.
+    real = make_real_clock(config.ntp_servers)
+    base = TimeBase(epoch=real.now(), scale=config.time_scale)
+    real.close()
+
+    def pinned(node_id: str) -> NodeAffinitySchedulingStrategy:
+        return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+
+    common = {"namespace": NAMESPACE, "lifetime": "detached", "num_cpus": 0}
+    created: list[str] = []
+    try:
+        say("starting the controller")
+        controller = (
+            ray.remote(ControllerActor)
+            .options(
+                name=CONTROLLER_NAME, scheduling_strategy=pinned(here), max_concurrency=8,
+                **common,
+            )
+            .remote(config, base, budgets, log)
+        )
+        created.append(CONTROLLER_NAME)
+        ctl = ray.get(controller.ready.remote(), timeout=READY_TIMEOUT_S)
+        say(f"starting {len(placements)} local managers")
+        lms = []
+        for p in placements:
+            name = local_manager_name(p.node.name)
+            lms.append(
+                ray.remote(LocalManagerActor)
+                .options(
+                    name=name, scheduling_strategy=pinned(p.ray_node_id), max_concurrency=8,
+                    **common,
+                )
+                .remote(
+                    p.node, config, base, ctl["report_endpoint"], ctl["command_endpoint"],
+                    output_dir,
+                )
+            )
+            created.append(name)
+        ready = ray.get([lm.ready.remote() for lm in lms], timeout=READY_TIMEOUT_S)
+        for p, r in zip(placements, ready):
+            if r["ray_node_id"] != p.ray_node_id:  # pragma: no cover - Ray honours affinity
+                raise UserError(f"local manager of {p.node.name} is not on its Ray node")
+        info = {
+            "address": address,
+            "report_endpoint": ctl["report_endpoint"],
+            "command_endpoint": ctl["command_endpoint"],
+            "phase_log": log,
+            "actors": [GLOBAL_NAME, *created],
+            "epoch": base.epoch,
+        }
+        say("starting the global manager")
+        gm = (
+            ray.remote(GlobalManagerActor)
+            .options(
+                name=GLOBAL_NAME, scheduling_strategy=pinned(here), max_concurrency=16,
+                **common,
+            )
+            .remote([(p.node, p.ray_node_id, p.emulated) for p in placements], config, base,
+                    info)
+        )
+        created.insert(0, GLOBAL_NAME)
+        ray.get(gm.ready.remote(), timeout=READY_TIMEOUT_S)
+    except BaseException:
+        teardown(created)
+        raise
+    return Deployment(
+        address=address,
+        actors=tuple(created),
+        placements=tuple(placements),
+        report_endpoint=ctl["report_endpoint"],
+        command_endpoint=ctl["command_endpoint"],
+        phase_log=log,
+        ready_s=time.monotonic() - t0,
+    )
+
+
+def teardown(names: Sequence[str] | None = None) -> list[str]:
+    """Remove coalloc's actors (``names``, or every one the global manager lists):
+    graceful shutdown first (local managers kill their subtask processes), then
+    ``ray.kill``. Returns the names removed."""
+    import ray
+
+    if names is None:
+        gm = find_actor(GLOBAL_NAME)
+        names = []
+        if gm is not None:
+            try:
+                names = list(ray.get(gm.deployment.remote(), timeout=10.0)["actors"])
+            except Exception:  # noqa: BLE001 - fall back to the well-known names
+                names = [GLOBAL_NAME]
+            if GLOBAL_NAME not in names:
+                names.insert(0, GLOBAL_NAME)
+        if find_actor(CONTROLLER_NAME) is not None and CONTROLLER_NAME not in names:
+            names.append(CONTROLLER_NAME)
+    handles = {n: h for n in names if (h := find_actor(n)) is not None}
+    # Local managers first (they own processes), then the controller, the global manager.
+    order = sorted(handles, key=lambda n: (n == GLOBAL_NAME, n == CONTROLLER_NAME, n))
+    refs = [handles[n].shutdown.remote() for n in order]
+    try:
+        ray.wait(refs, num_returns=len(refs), timeout=SHUTDOWN_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - killed below anyway
+        pass
+    for n in order:
+        try:
+            ray.kill(handles[n], no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+    return order
