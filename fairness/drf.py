@@ -43,8 +43,8 @@ from fairness._validate import (
 
 __all__ = ["DrfAllocator", "DrfResult", "Weights", "drf"]
 
-#: A scalar weight per user, or a weight vector (one per resource) per user.
-Weights: TypeAlias = Sequence[float] | Sequence[Sequence[float]]
+#: Per user, a scalar weight or a weight vector (one weight per resource).
+Weights: TypeAlias = Sequence[float | Sequence[float]]
 
 #: Relative slack in the "task fits" test (see the module docstring).
 FIT_SLACK = 1e-9
