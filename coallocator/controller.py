@@ -12,15 +12,19 @@ Units: times and windows in seconds; weights, factors and slack in Mcycles/s; th
 Per strict job, every control period:
 
 1. ``mean_virtual = mean_i T_V,i`` over the subtasks still running.
-2. Overall error window: if ``|mean_virtual - T_R| > E_t`` every running subtask is sped
-   up (job behind) or slowed down (job ahead) by ``|mean_virtual - T_R| * r_i * k``.
+2. Overall error window: if ``|mean_virtual - T_R| > E_t`` the running subtasks are sped
+   up (job behind) or slowed down (job ahead): each by its own lag,
+   ``(T_R - T_V,i) * r_i * k`` (``overall_factor="per_subtask"``, the default), or all by
+   the job's lag ``(T_R - mean_virtual) * r_i * k`` (``"uniform"``).
 3. Otherwise the asynchrony window: if ``max T_V - min T_V > A_t``, subtasks ahead of the
    mean are slowed by ``SF_d,i = (T_V,i - mean) * r_i * k`` and those behind sped up by
    ``SF_u,i = (mean - T_V,i) * r_i * k`` (``asynchrony_targets="all"``), or only the fastest
    and the slowest one (``"extremes"``, the paper's literal wording).
 4. Slowing moves weight from the subtask to its virtual subtask (never below the floor,
-   ``weight_floor * r_i``); speeding moves it back from the virtual subtask first, then
-   from the node's overbooking slack (consumed in request order: jobs, then subtasks).
+   ``weight_floor * r_i``); what a slowed subtask and its virtual subtask hold beyond
+   ``r_i`` (weight an earlier speed-up took from the slack) goes back to the node's slack.
+   Speeding moves weight back from the virtual subtask first, then from the node's
+   overbooking slack (consumed in request order: jobs, then subtasks).
 
 ``r_i`` is the subtask's admitted scheduling weight (its expected rate ``x_i``).
 """
@@ -42,6 +46,18 @@ class Window(str, Enum):
     ASYNCHRONY = "asynchrony"
 
 
+class OverallFactor(str, Enum):
+    """How the overall error window sizes its factors (the paper gives no formula).
+
+    ``per_subtask``: each subtask is steered towards real time by its own lag,
+    ``(T_R - T_V,i) * r_i * k``, so the correction also shrinks the asynchrony;
+    ``uniform``: every subtask moves by the job's lag ``(T_R - mean T_V) * r_i * k``.
+    """
+
+    PER_SUBTASK = "per_subtask"
+    UNIFORM = "uniform"
+
+
 class AsynchronyTargets(str, Enum):
     """Which subtasks the asynchrony window corrects."""
 
@@ -56,6 +72,7 @@ class ControllerConfig:
     gain: float = 1.0 / 100.0
     weight_floor: float = 0.01
     asynchrony_targets: AsynchronyTargets = AsynchronyTargets.ALL
+    overall_factor: OverallFactor = OverallFactor.PER_SUBTASK
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.gain) or self.gain <= 0:
@@ -162,7 +179,10 @@ def _control_job(
     deviation = mean_v - real_time
     if abs(deviation) > job.overall_deviation:
         window = Window.OVERALL_AHEAD if deviation > 0 else Window.OVERALL_BEHIND
-        factors = [-deviation * s.admitted_weight * k for s in subs]
+        if cfg.overall_factor is OverallFactor.UNIFORM:
+            factors = [-deviation * s.admitted_weight * k for s in subs]
+        else:
+            factors = [(real_time - s.virtual_time) * s.admitted_weight * k for s in subs]
     elif phi > job.asynchrony:
         window = Window.ASYNCHRONY
         factors = [(mean_v - s.virtual_time) * s.admitted_weight * k for s in subs]
@@ -191,6 +211,13 @@ def _apply(
         moved = max(0.0, min(-factor, weight - floor))
         weight -= moved
         virtual += moved
+        # Weight beyond the admitted rate came from the node's slack: a slowed subtask
+        # gives it back rather than parking it in its virtual subtask.
+        excess = weight + virtual - s.admitted_weight
+        if excess > 0:
+            back_to_slack = min(virtual, excess)
+            virtual -= back_to_slack
+            slack[s.node] = slack.get(s.node, 0.0) + back_to_slack
     else:
         back = min(virtual, factor)
         virtual -= back

@@ -39,7 +39,7 @@ class SimConfig:
     ``None`` = when every admitted job has finished); ``log_every``: period records every
     that many periods (and whenever a window fires)."""
 
-    cycle: float = 10.0
+    cycle: float = 30.0
     control_every: int = 1
     rate_per_weight: float = 25.0
     queue_weights: tuple[float, float, float] = (
