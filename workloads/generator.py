@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workloads.model import JobSpec, Node, QosClass, SubtaskSpec
+from workloads.model import JobSpec, Node, QosClass, SubtaskSpec, Workload
 from workloads.spec import SpecError, did_you_mean, parse_job, seconds_to_mcycles
 
 # ---------------------------------------------------------------------------------------
@@ -161,49 +161,6 @@ class PaperWorkloadParams:
 
 # ---------------------------------------------------------------------------------------
 # Workload
-
-
-@dataclass(frozen=True, slots=True)
-class Workload:
-    """Nodes and jobs of one run.
-
-    ``jobs`` are sorted by ``arrival`` (s) and carry unique ``job_id`` ("j00001", ...);
-    local jobs name an existing node. ``seed`` and ``params`` record provenance when the
-    workload was generated (both ``None`` for a trace).
-    """
-
-    nodes: tuple[Node, ...]
-    jobs: tuple[JobSpec, ...]
-    seed: int | None = None
-    params: PaperWorkloadParams | None = None
-
-    def __post_init__(self) -> None:
-        if not self.nodes:
-            raise ValueError("Workload.nodes: must hold at least one node")
-        names = [n.name for n in self.nodes]
-        if len(set(names)) != len(names):
-            raise ValueError(f"Workload.nodes: node names must be unique, got {names}")
-        ids: set[str] = set()
-        last = -math.inf
-        for i, job in enumerate(self.jobs):
-            if not job.job_id or job.job_id in ids:
-                raise ValueError(
-                    f"Workload.jobs[{i}].job_id: must be unique and non-empty, got {job.job_id!r}"
-                )
-            ids.add(job.job_id)
-            if job.arrival < last:
-                raise ValueError(f"Workload.jobs[{i}].arrival: jobs must be sorted by arrival")
-            last = job.arrival
-            if job.qos is QosClass.LOCAL and job.node not in names:
-                raise ValueError(f"Workload.jobs[{i}].node: no node named {job.node!r}")
-
-    @property
-    def node_names(self) -> tuple[str, ...]:
-        return tuple(n.name for n in self.nodes)
-
-    def jobs_of(self, *classes: QosClass) -> tuple[JobSpec, ...]:
-        """The jobs of the given QoS classes, in arrival order."""
-        return tuple(j for j in self.jobs if j.qos in classes)
 
 
 def assign_ids(jobs: Iterable[JobSpec], width: int = 5) -> tuple[JobSpec, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 #: Mcycles per second of the grid standard CPU (1 GHz).
 STANDARD_MHZ: float = 1000.0
@@ -203,7 +204,38 @@ class Subtask:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """The nodes and jobs of one run; ``jobs`` in arrival order."""
+    """The nodes and jobs of one run.
+
+    Node names are unique; jobs that carry a ``job_id`` carry unique ones; local jobs name
+    an existing node. The simulator takes jobs in arrival order (a stable sort), so
+    ``jobs`` need not be sorted. ``seed`` and ``params`` record provenance when the
+    workload was generated (both ``None`` for a trace or a hand-made workload).
+    """
 
     nodes: tuple[Node, ...]
     jobs: tuple[JobSpec, ...]
+    seed: int | None = None
+    params: Any = None
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ValueError("Workload.nodes: must hold at least one node")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Workload.nodes: node names must be unique, got {names}")
+        ids: set[str] = set()
+        for i, job in enumerate(self.jobs):
+            if job.job_id:
+                if job.job_id in ids:
+                    raise ValueError(f"Workload.jobs[{i}].job_id: {job.job_id!r} is used twice")
+                ids.add(job.job_id)
+            if job.qos is QosClass.LOCAL and job.node not in names:
+                raise ValueError(f"Workload.jobs[{i}].node: no node named {job.node!r}")
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes)
+
+    def jobs_of(self, *classes: QosClass) -> tuple[JobSpec, ...]:
+        """The jobs of the given QoS classes, in arrival order."""
+        return tuple(sorted((j for j in self.jobs if j.qos in classes), key=lambda j: j.arrival))
