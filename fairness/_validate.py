@@ -31,9 +31,20 @@ __all__ = [
 ]
 
 
+_INF = math.inf
+_PLAIN = (float, int)
+
+
+def _plain(seq: Sequence[Any]) -> bool:
+    """Only built-in floats and ints (not bool): the fast path may convert them directly."""
+    return all(type(v) in _PLAIN for v in seq)
+
+
 def check_finite(name: str, value: Any) -> float:
     """Return ``value`` as a float; raise ``ValueError`` naming ``name`` unless it is a
     finite real number (``bool`` and strings are refused: they are always a mistake here)."""
+    if type(value) in _PLAIN and -_INF < value < _INF:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name}: must be a number, got {value!r}")
     x = float(value)
@@ -83,6 +94,12 @@ def nonneg_vector(
     """A sequence of finite reals ``>= 0``; with ``length``, exactly that many."""
     seq = _as_sequence(name, values) if length is None else check_length(
         name, values, length, what)
+    # Fast path for the every-cycle calls of the local queues; the comparison is False for
+    # NaN, negative and infinite values, which then get their precise message below.
+    if _plain(seq):
+        out = tuple(map(float, seq))
+        if all(0.0 <= x < _INF for x in out):
+            return out
     return tuple(nonneg_scalar(f"{name}[{i}]", v) for i, v in enumerate(seq))
 
 
@@ -95,6 +112,10 @@ def positive_vector(
         name, values, length, what)
     if length is None and len(seq) == 0:
         raise ValueError(f"{name}: must not be empty")
+    if _plain(seq):
+        out = tuple(map(float, seq))
+        if all(0.0 < x < _INF for x in out):
+            return out
     return tuple(positive_scalar(f"{name}[{i}]", v) for i, v in enumerate(seq))
 
 
