@@ -36,18 +36,22 @@ _PLAIN = (float, int)
 
 
 def _plain(seq: Sequence[Any]) -> bool:
-    """Only built-in floats and ints (not bool): the fast path may convert them directly."""
-    return all(type(v) in _PLAIN for v in seq)
+    """Only built-in floats and small ints (not bool): the fast path converts them
+    directly (an int beyond float range goes to the slow path and its message)."""
+    return all(type(v) is float or (type(v) is int and -2**1000 < v < 2**1000) for v in seq)
 
 
 def check_finite(name: str, value: Any) -> float:
     """Return ``value`` as a float; raise ``ValueError`` naming ``name`` unless it is a
     finite real number (``bool`` and strings are refused: they are always a mistake here)."""
-    if type(value) in _PLAIN and -_INF < value < _INF:
-        return float(value)
+    if type(value) is float and -_INF < value < _INF:
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name}: must be a number, got {value!r}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:
+        raise ValueError(f"{name}: must be finite, got {value!r}") from None
     if math.isnan(x):
         raise ValueError(f"{name}: is NaN")
     if math.isinf(x):
