@@ -5,7 +5,8 @@
 #
 #   deploy/local-cluster.sh start N [--mhz M0,M1,...,MN] [--dashboard] [--keep-logs]
 #   deploy/local-cluster.sh status
-#   deploy/local-cluster.sh address
+#   deploy/local-cluster.sh address        # prints host:port of the head (GCS)
+#   deploy/local-cluster.sh env            # prints export lines for clients
 #   deploy/local-cluster.sh stop
 #
 # Nodes:   head      --num-cpus 1     resources {"coalloc_head": 1, "coalloc_mhz": M0}
@@ -25,6 +26,12 @@
 #   COALLOC_START_TIMEOUT seconds to wait for all nodes   (default 180)
 #   RAY                   the ray CLI                     (default ray)
 #   PYTHON                python with ray installed       (default python3)
+#   RAY_AUTH_MODE         token or disabled               (default token)
+#
+# Authentication: Ray >= 2.5x turns token authentication on for a new cluster only when a
+# token file (~/.ray/auth_token) happens to exist, so the mode would depend on the
+# machine. This script always sets it: token by default (a token is generated if none
+# exists). Clients then need RAY_AUTH_MODE=token too: eval "$(deploy/local-cluster.sh env)".
 set -Eeuo pipefail
 
 DIR=${COALLOC_CLUSTER_DIR:-/tmp/coalloc-cluster-$(id -u)}
@@ -36,12 +43,16 @@ PYTHON=${PYTHON:-python3}
 STATE="$DIR/cluster.env"
 # Every ray call below names its address; an inherited RAY_ADDRESS must not redirect it.
 unset RAY_ADDRESS
+AUTH_MODE=${RAY_AUTH_MODE:-token}
+[[ "$AUTH_MODE" == token || "$AUTH_MODE" == disabled ]] ||
+    { echo "local-cluster: RAY_AUTH_MODE must be token or disabled, got '$AUTH_MODE'" >&2; exit 2; }
+export RAY_AUTH_MODE=$AUTH_MODE
 TEMP_DIR="$DIR/ray"
 
 die() { echo "local-cluster: $*" >&2; exit 2; }
 
 usage() {
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -78,6 +89,7 @@ write_state() {
         echo "TEMP_DIR=$TEMP_DIR"
         echo "PIDS=\"${PIDS# }\""
         echo "DASHBOARD=$DASHBOARD"
+        echo "AUTH_MODE=$AUTH_MODE"
     } >"$STATE"
 }
 
@@ -188,6 +200,13 @@ cmd_start() {
         done
         rm -f "$STATE"
     fi
+    if [[ "$AUTH_MODE" == token ]]; then
+        # Ray versions without token authentication have no get-auth-token: nothing to do.
+        if "$RAY" get-auth-token --help >/dev/null 2>&1; then
+            "$RAY" get-auth-token --generate >/dev/null ||
+                die "cannot create a Ray authentication token (ray get-auth-token --generate)"
+        fi
+    fi
     mkdir -p "$DIR/logs"
     # Ray puts unix sockets under the temp dir; their paths must stay under 108 bytes.
     [[ ${#TEMP_DIR} -le 60 ]] || die "COALLOC_CLUSTER_DIR is too long for Ray's unix sockets" \
@@ -229,6 +248,7 @@ cmd_start() {
     wait_for_nodes "$ADDRESS" $((n + 1))
     trap - ERR INT TERM
     echo "address   $ADDRESS"
+    echo "auth      RAY_AUTH_MODE=$AUTH_MODE (clients: eval \"\$($0 env)\")"
     echo "state     $STATE"
 }
 
@@ -268,6 +288,7 @@ cmd_status() {
     fi
     local entry alive=0 total=0
     echo "address   $ADDRESS"
+    echo "auth      RAY_AUTH_MODE=${AUTH_MODE}"
     if [[ -n "${DASHBOARD:-}" ]]; then echo "dashboard $DASHBOARD"; fi
     for entry in $PIDS; do
         total=$((total + 1))
@@ -279,7 +300,7 @@ cmd_status() {
         fi
     done
     if ((alive == 0)); then return 3; fi
-    "$RAY" status --address "$ADDRESS" || true
+    RAY_AUTH_MODE=$AUTH_MODE "$RAY" status --address "$ADDRESS" || true
     ((alive == total)) || return 1
 }
 
@@ -288,10 +309,17 @@ cmd_address() {
     echo "$ADDRESS"
 }
 
+cmd_env() {
+    load_state || die "not running (no state file $STATE)"
+    echo "export RAY_ADDRESS=$ADDRESS"
+    echo "export RAY_AUTH_MODE=$AUTH_MODE"
+}
+
 case "${1:-}" in
     start) shift; cmd_start "$@" ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     address) cmd_address ;;
+    env) cmd_env ;;
     *) usage ;;
 esac

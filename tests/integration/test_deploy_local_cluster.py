@@ -82,7 +82,15 @@ def test_local_cluster_start_query_stop(cluster_dir: Path) -> None:
     again = script(cluster_dir, "start", "1")
     assert again.returncode == 2 and "already running" in again.stderr
 
+    # Clients take the cluster's authentication mode from `env` (export lines).
+    exports = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in script(cluster_dir, "env").stdout.splitlines()
+    )
+    assert exports["RAY_ADDRESS"] == address
+    assert exports["RAY_AUTH_MODE"] in ("token", "disabled")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_AUTH_MODE"] = exports["RAY_AUTH_MODE"]
     query = subprocess.run(
         [sys.executable, "-c", QUERY, address],
         capture_output=True,

@@ -161,3 +161,12 @@ def test_script_refuses_a_too_long_state_dir(tmp_path: Path) -> None:
         ["bash", str(SCRIPT), "start", "0"], env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2 and "too long for Ray's unix sockets" in result.stderr
+
+
+def test_script_rejects_an_unknown_auth_mode(tmp_path: Path) -> None:
+    env = dict(os.environ, COALLOC_CLUSTER_DIR=str(tmp_path / "c"), RAY_AUTH_MODE="maybe")
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "status"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "RAY_AUTH_MODE must be token or disabled, got 'maybe'" in result.stderr
