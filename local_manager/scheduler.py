@@ -347,7 +347,9 @@ class LocalScheduler:
         for i, c in enumerate(demands):
             if i < len(members):
                 d = members[i].subtask.demand
-                frac = c / full_cpu if full_cpu > 0 else 0.0
+                # Fraction of the entry's own full speed (all its cores), not of one core.
+                full = min(d.cpu, self.node.cores) * full_cpu
+                frac = c / full if full > 0 else 0.0
                 rows.append([c, d.memory_mb * frac, d.io_mbps * frac])
             else:
                 rows.append([c, 0.0, 0.0])

@@ -243,11 +243,6 @@ def test_drf_queue_pool_is_the_queues_fraction_of_the_node() -> None:
     assert granted(s.step(1.0, 1.0), "a") == pytest.approx(500.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="scheduler scales a multi-core subtask's memory by its cores: frac = cap / "
-    "full_cpu uses ONE core's full speed (local_manager/scheduler.py _share_queue)",
-)
 def test_drf_memory_of_a_multi_core_subtask_is_not_scaled_by_its_cores() -> None:
     # 2 cores x 500 MHz; the subtask uses 2 cores and 400 MB at full speed (Demand's
     # contract). 400 MB fit in 500 MB, so it should run at full speed: 1000 Mcycles.
