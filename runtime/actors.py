@@ -410,6 +410,7 @@ def assemble_status(
                     d[key] = live[key]
             if tvs is not None and s["index"] < len(tvs) and view.get("closed") is False:
                 d["controller_virtual_time"] = tvs[s["index"]]
+                d["controller_done"] = bool(view["done"][s["index"]])
             if d.get("state") == "finished":
                 d["progress"] = 1.0
             elif d.get("executor") == "synthetic" and d.get("work"):

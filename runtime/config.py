@@ -30,6 +30,8 @@ CONTROLLER_NAME = "coalloc-controller"
 #: Prefix of the local-manager actors' names (``coalloc-lm-<node>``).
 LOCAL_PREFIX = "coalloc-lm-"
 
+_SIM_DEFAULTS = SimConfig()
+
 #: Environment variable that moves coalloc's home (state file, logs) away from ~/.coalloc.
 HOME_ENV = "COALLOC_HOME"
 
@@ -75,12 +77,13 @@ class RuntimeConfig:
 
     policy: str = "sq"
     time_scale: float = 100.0
-    cycle: float = 10.0
-    control_every: int = 1
-    rate_per_weight: float = 25.0
-    queue_weights: tuple[float, float, float] = (0.3, 0.5, 0.2)
-    work_conserving: bool = True
-    log_every: int = 1
+    # The core's parameters default to the simulator's, so that both drive it alike.
+    cycle: float = _SIM_DEFAULTS.cycle
+    control_every: int = _SIM_DEFAULTS.control_every
+    rate_per_weight: float = _SIM_DEFAULTS.rate_per_weight
+    queue_weights: tuple[float, float, float] = _SIM_DEFAULTS.queue_weights
+    work_conserving: bool = _SIM_DEFAULTS.work_conserving
+    log_every: int = _SIM_DEFAULTS.log_every
     control_lag: float = 0.5
     start_margin_s: float = 0.3
     report_port: int = 0

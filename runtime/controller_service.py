@@ -119,6 +119,9 @@ class ControllerService:
     def _write(self, record: PeriodRecord | SummaryRecord) -> None:
         if self._writer is not None:
             self._writer.write(record)
+            if isinstance(record, SummaryRecord):
+                # A job just ended: readers of the live log should see it at once.
+                self._writer.flush()
 
     # ------------------------------------------------------------- entry points
     def register_job(

@@ -45,12 +45,12 @@ def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None)
         help="model seconds per real second (default 100: a 1800 s job runs for 18 s)",
     )
     parser.add_argument(
-        "--cycle", type=_positive_float, default=10.0, metavar="Q",
-        help="local scheduling cycle q in model seconds (default 10)",
+        "--cycle", type=_positive_float, default=None, metavar="Q",
+        help="local scheduling cycle q in model seconds (default: the simulator's)",
     )
     parser.add_argument(
-        "--control-every", type=int, default=1, metavar="N",
-        help="cycles per control period (default 1)",
+        "--control-every", type=int, default=None, metavar="N",
+        help="cycles per control period (default: the simulator's)",
     )
     parser.add_argument(
         "--report-port", type=_port, default=0, metavar="P",
@@ -79,11 +79,15 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
     try:
         for i, server in enumerate(args.ntp_server):
             parse_server(server, i)
+        optional = {
+            key: value
+            for key, value in (("cycle", args.cycle), ("control_every", args.control_every))
+            if value is not None
+        }
         return RuntimeConfig(
             policy=args.policy,
             time_scale=args.time_scale,
-            cycle=args.cycle,
-            control_every=args.control_every,
+            **optional,
             report_port=args.report_port,
             command_port=args.command_port,
             ntp_servers=tuple(args.ntp_server),

@@ -1,0 +1,412 @@
+"""The live runtime through real components: a 3-node Ray cluster (the session fixture),
+ZeroMQ sockets, real processes, the command line.
+
+One deployment (``coalloc up --address`` of the fixture cluster) serves the tests in file
+order; the last test takes it down and runs the one-shot ``coalloc run`` on emulated nodes.
+
+Parity tolerance. With the synthetic executor every local manager steps on the same
+model-time grid (whole multiples of the cycle), so the live run makes exactly the
+simulator's decisions unless a message misses its slot: a report that reaches the
+controller after the half cycle it waits, a command that reaches a node after that node's
+next boundary. Each miss postpones one control action by one cycle. Admission and
+placement must therefore be identical; the mean phase difference of each job may differ
+by one cycle's worth of drift at most on average: ``|live - sim| <= 0.25 * sim + 2 s``
+(a job's phase difference changes by at most a few seconds per cycle here; the term in
+``sim`` absorbs a few late messages on a loaded 2-core machine). On an idle machine the
+live figures equal the simulator's to about 1e-12 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from coalloc import cli
+from coallocator.messages import ProgressReport
+from coallocator.wire import FrameError, decode_report, encode_report
+
+pytestmark = pytest.mark.ray
+
+TIME_SCALE = 100.0
+#: The speeds the session fixture gives its three Ray nodes (coalloc_mhz resources).
+RAY_NODE_SPEEDS_MHZ = (300.0, 450.0, 600.0)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def status(capsys: pytest.CaptureFixture[str], address: str, job: str | None = None) -> Any:
+    argv = ["status", "--json", "--address", address] + ([job] if job else [])
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, every: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(every)
+
+
+def write_jobs(path: Path, jobs: list[dict[str, Any]]) -> Path:
+    path.write_text(json.dumps(jobs))
+    return path
+
+
+@pytest.fixture(scope="module")
+def deployment(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import ray
+
+    from runtime.config import GLOBAL_NAME
+    from runtime.deploy import find_actor
+
+    log = tmp_path_factory.mktemp("runtime") / "phase.jsonl"
+    code = cli.main(
+        ["up", "--address", ray_cluster.address, "--time-scale", str(TIME_SCALE),
+         "--log", str(log)]
+    )
+    assert code == 0
+    yield ray_cluster
+    if find_actor(GLOBAL_NAME) is not None:
+        cli.main(["down", "--address", ray_cluster.address])
+    assert ray.is_initialized()
+
+
+def test_one_local_manager_per_ray_node(deployment: Any, capsys: Any) -> None:
+    import ray
+
+    st = status(capsys, deployment.address)
+    alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert len(alive) == 3
+    assert {n["ray_node_id"] for n in st["nodes"]} == alive
+    assert all(n["ready"] and not n["emulated"] for n in st["nodes"])
+    # Speeds come from each Ray node's coalloc_mhz resource.
+    assert sorted(n["speed_mhz"] for n in st["nodes"]) == sorted(RAY_NODE_SPEEDS_MHZ)
+    # Each local manager really runs on its node (affinity), and all are distinct.
+    from runtime.config import NAMESPACE, local_manager_name
+
+    where = [
+        ray.get(ray.get_actor(local_manager_name(n["name"]), namespace=NAMESPACE).ready.remote())
+        for n in st["nodes"]
+    ]
+    assert [w["ray_node_id"] for w in where] == [n["ray_node_id"] for n in st["nodes"]]
+
+
+def test_status_json_content(deployment: Any, capsys: Any) -> None:
+    st = status(capsys, deployment.address)
+    assert st["report_endpoint"].startswith("tcp://")
+    assert st["counters"]["report_endpoint"] == st["report_endpoint"]
+    assert st["policy"] == "sq" and st["time_scale"] == TIME_SCALE
+    assert st["clock"]["quality"] == "local"
+    assert set(st["counters"]["dropped"]) >= {"truncated", "bad_version", "bad_schema"}
+    assert st["controller"]["running"] is True
+    assert st["phase_log"].endswith("phase.jsonl")
+    for n in st["nodes"]:
+        assert n["budget"] == pytest.approx(1.05 * 0.5 * n["speed_mhz"])
+        assert {"reports_sent", "commands_applied", "late_starts"} <= set(n["counters"])
+    # Model time advances with real time at the time scale.
+    t0 = st["model_time"]
+    time.sleep(0.5)
+    assert status(capsys, deployment.address)["model_time"] - t0 >= 0.4 * TIME_SCALE
+
+
+def test_strict_job_end_to_end_through_the_cli(
+    deployment: Any, capsys: Any, tmp_path: Path
+) -> None:
+    job = {
+        "name": "e2e", "qos": "strict", "overall_deviation": 40, "asynchrony": 15,
+        "subtasks": [{"work": 12, "weight": 1}, {"work": 18, "weight": 2},
+                     {"work": 15, "weight": 1.5}],
+    }
+    code, out, err = run_cli(
+        capsys, "submit", str(write_jobs(tmp_path / "e2e.json", [job])),
+        "--address", deployment.address,
+    )
+    assert code == 0, err
+    job_id = out.split()[0]
+    assert "admitted" in out
+    import coalloc
+
+    final = coalloc.connect(deployment.address).wait(job_id, timeout=90)
+    assert final["state"] == "completed"
+    assert all(s["state"] == "finished" for s in final["subtasks"])
+    # The controller closes the job when its last report arrives (the global manager may
+    # hear of the finish a moment earlier).
+    st = wait_for(
+        lambda: (s := status(capsys, deployment.address, job_id))["jobs"][0].get(
+            "completion_skew") is not None and s
+    )
+    (j,) = st["jobs"]
+    assert j["mean_phase_difference"] is not None
+    assert all(s["progress"] == 1.0 for s in j["subtasks"])
+    # The phase log has the job's period records (with the clock) and its summary.
+    recs = [json.loads(x) for x in Path(st["phase_log"]).read_text().splitlines()]
+    periods = [r for r in recs if r["job"] == job_id and r["type"] == "period"]
+    assert periods and all(r["clock_quality"] == "local" for r in periods)
+    assert all("clock_offset" in r for r in periods)
+    (summary,) = [r for r in recs if r["job"] == job_id and r["type"] == "summary"]
+    assert summary["completed"] is True
+    code, out, _ = run_cli(capsys, "status", "--address", deployment.address, job_id)
+    assert code == 0 and "completed" in out and job_id in out
+
+
+def test_unknown_job_id_and_bad_file_are_one_line_errors(
+    deployment: Any, capsys: Any, tmp_path: Path
+) -> None:
+    for argv in (["status", "j99999"], ["cancel", "j99999"]):
+        code, out, err = run_cli(capsys, *argv, "--address", deployment.address)
+        assert code == 2
+        assert err == "coalloc: error: j99999: unknown job id\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nqos: loose\nsubtasks: [{work: -1}]\n")
+    code, _, err = run_cli(capsys, "submit", str(bad), "--address", deployment.address)
+    assert code == 2 and err.count("\n") == 1 and "subtasks[0].work" in err
+    too_many = write_jobs(
+        tmp_path / "wide.json",
+        [{"name": "wide", "qos": "loose", "work": 10, "parallelism": 5}],
+    )
+    code, _, err = run_cli(capsys, "submit", str(too_many), "--address", deployment.address)
+    assert code == 2 and "more subtasks than nodes" in err
+
+
+def _bad_frames(good: bytes) -> dict[str, list[bytes]]:
+    rng = random.Random(7)
+    return {
+        "truncated": [good[:-3], good[:5]],
+        "too_deep": [b"\x91" * 5000 + b"\xc0"],
+        "over_limit": [b"\xdd\xff\xff\xff\xff", b"\xdb\xff\xff\xff\xff"],
+        "bad_schema": [msgpack.packb([1, "progress", "j", 0]), msgpack.packb({"a": 1})],
+        "bad_version": [msgpack.packb([2, "progress"] + [0] * 10)],
+        "oversized": [b"\x00" * (70 * 1024)],
+        "random": [rng.randbytes(64) for _ in range(5)],
+    }
+
+
+def test_bad_frames_are_counted_and_good_reports_still_applied(
+    deployment: Any, capsys: Any
+) -> None:
+    import zmq
+
+    import coalloc
+
+    client = coalloc.connect(deployment.address)
+    job_id = client.submit(
+        {"name": "long", "qos": "strict", "overall_deviation": 100, "asynchrony": 50,
+         "subtasks": [{"work": 5000, "weight": 1}, {"work": 5000, "weight": 1}]}
+    )
+    before = status(capsys, deployment.address)
+    (job,) = [j for j in before["jobs"] if j["job_id"] == job_id]
+    node = job["subtasks"][0]["node"]
+    good = encode_report(
+        ProgressReport(job_id, 0, node, 2**40, 1, before["model_time"] + 100.0, 123456.0,
+                       1.0, 1.0, True)
+    )
+    frames = _bad_frames(good)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 1000)
+    sock.connect(before["report_endpoint"])
+    try:
+        for batch in frames.values():
+            for frame in batch:
+                sock.send(frame)
+        sock.send_multipart([good, good])  # two parts: one message, dropped
+        sock.send(good)
+        sock.send(good)  # a duplicate: ignored
+    finally:
+        sock.close()
+        ctx.term()
+    sent_bad = sum(len(b) for b in frames.values()) + 1
+
+    def applied() -> Any:
+        st = status(capsys, deployment.address, job_id)
+        sub = st["jobs"][0]["subtasks"][0]
+        return st if sub.get("controller_done") else None
+
+    st = wait_for(applied, timeout=20)
+    assert st["jobs"][0]["subtasks"][0]["controller_virtual_time"] == 123456.0
+    # Every frame is dropped for the reason the wire decoder gives it (random bytes land
+    # wherever they happen to fail).
+    expected: dict[str, int] = {"multipart": 1}
+    for batch in frames.values():
+        for frame in batch:
+            with pytest.raises(FrameError) as exc:
+                decode_report(frame)
+            expected[exc.value.reason.value] = expected.get(exc.value.reason.value, 0) + 1
+    for named in ("truncated", "too_deep", "over_limit", "bad_schema", "bad_version",
+                  "oversized"):
+        assert expected[named] >= len(frames[named]), named
+    d0, d1 = before["counters"]["dropped"], st["counters"]["dropped"]
+    assert {r: d1[r] - d0[r] for r in d1 if d1[r] != d0[r]} == expected
+    assert sum(d1.values()) - sum(d0.values()) == sent_bad
+    assert st["counters"]["transport"]["duplicates"] >= 1
+    # The controller kept running and keeps answering.
+    assert st["controller"]["running"] is True
+    assert client.cancel(job_id)["state"] == "cancelled"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in (b"Z", b"X")
+
+
+def test_process_executor_jobs(deployment: Any, capsys: Any, tmp_path: Path) -> None:
+    import coalloc
+
+    client = coalloc.connect(deployment.address)
+    answers = client.submit_all(
+        [
+            {"name": "short", "qos": "strict", "overall_deviation": 100, "asynchrony": 50,
+             "subtasks": [{"work": 5, "weight": 1},
+                          {"work": 5, "weight": 1,
+                           "command": ["python3", "-c", "sum(i * i for i in range(10**5))"]}]},
+            {"name": "fails", "qos": "loose",
+             "subtasks": [{"work": 5, "command": ["python3", "-c", "raise SystemExit(3)"]}]},
+            {"name": "missing", "qos": "best_effort",
+             "subtasks": [{"work": 5, "command": ["coalloc-no-such-program"]}]},
+            {"name": "spin", "qos": "strict", "overall_deviation": 100, "asynchrony": 50,
+             "subtasks": [{"work": 5000, "weight": 1},
+                          {"work": 5000, "weight": 1,
+                           "command": ["python3", "-c", "while True: pass"]}]},
+        ]
+    )
+    assert all(a["admitted"] for a in answers)
+    short, fails, missing, spin = (a["job_id"] for a in answers)
+    assert client.wait(short, timeout=60)["state"] == "completed"
+    rec = client.wait(fails, timeout=60)
+    assert rec["state"] == "failed" and "status 3" in rec["reason"]
+    rec = client.wait(missing, timeout=60)
+    assert rec["state"] == "failed" and "coalloc-no-such-program" in rec["reason"]
+    st = status(capsys, deployment.address, short)
+    proc = st["jobs"][0]["subtasks"][1]
+    assert proc["executor"] == "process" and proc["exit_code"] == 0
+
+    def spinning() -> Any:
+        sub = status(capsys, deployment.address, spin)["jobs"][0]["subtasks"][1]
+        return sub if sub.get("pid") and (sub.get("cpu_s") or 0) > 0.05 else None
+
+    sub = wait_for(spinning, timeout=30)
+    pid = sub["pid"]
+    assert _pid_alive(pid)
+    code, out, err = run_cli(capsys, "cancel", spin, "--address", deployment.address)
+    assert code == 0 and "cancelled" in out, err
+    wait_for(lambda: not _pid_alive(pid), timeout=10)
+    # Nothing of the subtask's process group is left.
+    leftovers = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pid and fields[0] not in (b"Z", b"X"):
+                leftovers.append(int(name))
+    assert leftovers == []
+
+
+PARITY_JOBS: list[dict[str, Any]] = [
+    {"name": "pa", "qos": "strict", "overall_deviation": 40, "asynchrony": 20,
+     "subtasks": [{"work": 15, "weight": 1}, {"work": 22, "weight": 2},
+                  {"work": 19, "weight": 1.5}]},
+    {"name": "pb", "qos": "strict", "overall_deviation": 50, "asynchrony": 15,
+     "subtasks": [{"work": 20, "weight": 2}, {"work": 10, "weight": 1}]},
+    {"name": "pc", "qos": "strict", "overall_deviation": 30, "asynchrony": 10,
+     "subtasks": [{"work": 12}, {"work": 12}, {"work": 12}]},
+    {"name": "too-big", "qos": "strict", "overall_deviation": 10, "asynchrony": 10,
+     "subtasks": [{"work": 100, "weight": 100}]},
+]
+
+
+def test_parity_with_the_simulator(deployment: Any, capsys: Any) -> None:
+    import coalloc
+    from global_manager.simulator import simulate
+    from runtime.config import RuntimeConfig
+    from workloads.model import Node, Workload
+    from workloads.spec import parse_document
+
+    client = coalloc.connect(deployment.address)
+    # Wait for a quiet grid: the earlier tests' jobs are over.
+    wait_for(lambda: all(s != "running" for s in client.job_states().values()), timeout=60)
+    st = status(capsys, deployment.address)
+    assert all(n["committed"] == pytest.approx(0.0, abs=1e-6) for n in st["nodes"])
+    nodes = tuple(Node(n["name"], n["speed_mhz"], n["cores"]) for n in st["nodes"])
+    specs = parse_document(PARITY_JOBS, "parity")
+
+    answers = client.submit_all(specs)
+    for a in answers:
+        if a["admitted"]:
+            assert client.wait(a["job_id"], timeout=120)["state"] == "completed"
+    time.sleep(1.0)  # the last summaries reach the log
+    after = status(capsys, deployment.address)
+
+    cfg = RuntimeConfig()
+    result = simulate(Workload(nodes, tuple(specs)), "sq", 0, cfg.sim_config())
+    assert [a["admitted"] for a in answers] == [j.admitted for j in result.jobs]
+    assert [tuple(a["nodes"]) for a in answers] == [j.nodes for j in result.jobs]
+    assert not answers[-1]["admitted"]
+
+    recs = [json.loads(x) for x in Path(after["phase_log"]).read_text().splitlines()]
+    live = {r["job"]: r for r in recs if r["type"] == "summary"}
+    late = {n["name"]: (n["counters"]["late_cycles"], n["counters"]["late_starts"])
+            for n in after["nodes"]}
+    for a, sim in zip(answers, result.jobs):
+        if not a["admitted"]:
+            continue
+        got = live[a["job_id"]]["mean_phase_difference"]
+        want = sim.mean_phase_difference
+        assert want is not None
+        assert abs(got - want) <= 0.25 * want + 2.0, (a["name"], got, want, late)
+
+
+def test_down_then_one_shot_run_on_emulated_nodes(
+    deployment: Any, capsys: Any, tmp_path: Path
+) -> None:
+    import ray
+
+    from runtime.config import CONTROLLER_NAME, GLOBAL_NAME
+    from runtime.deploy import find_actor
+    from runtime.state import load_state
+
+    code, out, err = run_cli(capsys, "down")
+    assert code == 0, err
+    assert "removed 5 actors" in out
+    assert find_actor(GLOBAL_NAME) is None and find_actor(CONTROLLER_NAME) is None
+    assert load_state() is None
+    # The cluster itself is untouched.
+    assert sum(1 for n in ray.nodes() if n["Alive"]) == 3
+
+    job = write_jobs(tmp_path / "one.json", [PARITY_JOBS[1]])
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(
+        capsys, "run", str(job), "--address", deployment.address, "--nodes", "350,500",
+        "--no-progress", "--out", str(out_dir), "--timeout", "120",
+    )
+    assert code == 0, err
+    assert "completed" in out
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["jobs"][0]["state"] == "completed"
+    st = json.loads((out_dir / "status.json").read_text())
+    assert [n["speed_mhz"] for n in st["nodes"]] == [350.0, 500.0]
+    assert all(n["emulated"] for n in st["nodes"])
+    assert (out_dir / "phase.jsonl").stat().st_size > 0
+    assert find_actor(GLOBAL_NAME) is None  # run removed what it started
