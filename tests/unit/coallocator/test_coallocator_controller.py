@@ -1,6 +1,6 @@
 """The pure SQ controller solver: window choice, SF_d / SF_u by hand, weight transfers,
 overbooking slack, the floor, the ``extremes`` targets, and properties (no negative
-weights, weight conserved up to what came from slack)."""
+weights, weight plus node slack conserved)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from coallocator.controller import (
     ControllerConfig,
     ControlRequest,
     JobState,
+    OverallFactor,
     SubtaskState,
     Window,
     control,
@@ -85,37 +86,84 @@ def test_asynchrony_window_exact_factors_slack_and_floor() -> None:
     assert reply.node_slack == pytest.approx({"n0": 100.0 - 400.0 / 6.0, "n1": 0.0, "n2": 0.0})
 
 
-def test_overall_window_behind_speeds_every_subtask_and_takes_precedence() -> None:
+UNIFORM = ControllerConfig(overall_factor=OverallFactor.UNIFORM)
+
+
+def test_overall_window_behind_steers_each_subtask_by_its_own_lag_and_takes_precedence() -> None:
     # T_R = 1300: mean - T_R = -166.67 s, |.| > E_t = 100 (Asyn = 300 > A_t too).
+    # Per-subtask factors (T_R - T_V,i) * r_i * k = 300*50/100, 200*100/100, 0*25/100.
     slack = {"n0": 1000.0, "n1": 1000.0, "n2": 1000.0}
     (d,) = run(1300.0, job(), slack=slack).decisions
+    assert d.window is Window.OVERALL_BEHIND
+    assert [c.index for c in d.changes] == [0, 1]  # subtask 2 is on time
+    assert [c.factor for c in d.changes] == pytest.approx([150.0, 200.0])
+    assert [c.weight for c in d.changes] == pytest.approx([200.0, 300.0])
+    assert [c.from_slack for c in d.changes] == pytest.approx([150.0, 200.0])
+
+
+def test_overall_window_behind_uniform_moves_every_subtask_by_the_jobs_lag() -> None:
+    slack = {"n0": 1000.0, "n1": 1000.0, "n2": 1000.0}
+    (d,) = run(1300.0, job(), slack=slack, config=UNIFORM).decisions
     assert d.window is Window.OVERALL_BEHIND
     dev = 1300.0 - MEAN
     assert [c.factor for c in d.changes] == pytest.approx([dev * r / 100.0 for r in R])
     assert [c.weight for c in d.changes] == pytest.approx([r + dev * r / 100.0 for r in R])
-    assert all(c.factor > 0 for c in d.changes)
 
 
-def test_overall_window_ahead_slows_every_subtask_down_to_the_floor() -> None:
-    # T_R = 1000: mean - T_R = +133.33 s > E_t: factors -133.33 * r / 100 = -66.7, -133.3,
-    # -33.3 exceed what each weight has above its 1 % floor (49.5, 99, 24.75).
+def test_overall_window_ahead_slows_subtasks_down_to_the_floor() -> None:
+    # T_R = 1000: mean - T_R = +133.33 s > E_t. Per subtask: 0 (on time), -100*100/100,
+    # -300*25/100; both exceed what the weight has above its 1 % floor (99, 24.75).
     (d,) = run(1000.0, job()).decisions
     assert d.window is Window.OVERALL_AHEAD
+    assert [c.index for c in d.changes] == [1, 2]
+    assert [c.factor for c in d.changes] == pytest.approx([-100.0, -75.0])
+    assert [c.weight for c in d.changes] == pytest.approx([1.0, 0.25])
+    assert [c.virtual_weight for c in d.changes] == pytest.approx([99.0, 24.75])
+
+
+def test_overall_window_ahead_uniform_slows_every_subtask() -> None:
+    # Factors -133.33 * r / 100 = -66.7, -133.3, -33.3: all three to the floor.
+    (d,) = run(1000.0, job(), config=UNIFORM).decisions
     assert [c.factor for c in d.changes] == pytest.approx([-(MEAN - 1000.0) * r / 100 for r in R])
     assert [c.weight for c in d.changes] == pytest.approx([0.5, 1.0, 0.25])
     assert [c.virtual_weight for c in d.changes] == pytest.approx([49.5, 99.0, 24.75])
 
 
-def test_overall_window_partial_slow_down_moves_exactly_the_factor() -> None:
+@pytest.mark.parametrize(
+    ("overall", "expected"),
+    [
+        # factors -(1100 - 1000) * 200 / 1000 = -20 and -(1200 - 1000) * 400 / 1000 = -80
+        (OverallFactor.PER_SUBTASK, [(180.0, 20.0), (320.0, 80.0)]),
+        # factors -150 * 200 / 1000 = -30 and -150 * 400 / 1000 = -60
+        (OverallFactor.UNIFORM, [(170.0, 30.0), (340.0, 60.0)]),
+    ],
+)
+def test_overall_window_partial_slow_down_moves_exactly_the_factor(
+    overall: OverallFactor, expected: list[tuple[float, float]]
+) -> None:
     # mean 1150, T_R 1000: +150 s > E_t = 100. With k = 1/1000 the factors stay above the
     # floor, so exactly SF moves to the virtual subtasks.
-    cfg = ControllerConfig(gain=1.0 / 1000.0)
+    cfg = ControllerConfig(gain=1.0 / 1000.0, overall_factor=overall)
     (d,) = run(1000.0, job((1100.0, 1200.0), (200.0, 400.0), a_t=1000.0), config=cfg).decisions
     assert d.window is Window.OVERALL_AHEAD
-    # factors: -150 * 200 / 1000 = -30, -150 * 400 / 1000 = -60
-    assert [(c.weight, c.virtual_weight) for c in d.changes] == pytest.approx(
-        [(170.0, 30.0), (340.0, 60.0)]
-    )
+    assert [(c.weight, c.virtual_weight) for c in d.changes] == pytest.approx(expected)
+
+
+def test_slowed_subtask_returns_weight_it_took_from_the_slack() -> None:
+    # Both admitted at 40. Subtask 1 is ahead (mean 1100): SF_d = 100 * 40 / 100 = 40.
+    # It holds 100 (60 taken from n1's slack earlier): 40 moves to its virtual subtask,
+    # and of the 60 above r_i the virtual subtask's 40 go back to the slack.
+    state = job((1000.0, 1200.0), (40.0, 40.0), weights=(40.0, 100.0), a_t=100.0)
+    reply = run(1100.0, state, slack={"n0": 0.0, "n1": 5.0})
+    c1 = reply.decisions[0].changes[1]
+    assert (c1.weight, c1.virtual_weight, c1.from_slack) == pytest.approx((60.0, 0.0, 0.0))
+    assert reply.node_slack["n1"] == pytest.approx(45.0)
+    # Holding only 10 above r_i: 30 of the 40 moved stay in the virtual subtask.
+    state = job((1000.0, 1200.0), (40.0, 40.0), weights=(40.0, 50.0), a_t=100.0)
+    reply = run(1100.0, state, slack={"n1": 0.0})
+    c1 = reply.decisions[0].changes[1]
+    assert (c1.weight, c1.virtual_weight) == pytest.approx((10.0, 30.0))
+    assert reply.node_slack["n1"] == pytest.approx(10.0)
 
 
 def test_no_window_when_inside_both() -> None:
@@ -269,7 +317,7 @@ subtask_rows = st.lists(
     extremes=st.booleans(),
     floor=st.sampled_from([0.0, 0.01, 0.2]),
 )
-def test_weights_never_negative_and_weight_conserved_over_many_periods(
+def test_weights_never_negative_and_weight_plus_slack_conserved_over_many_periods(
     rows: list[list[tuple[float, float, int]]],
     slack: list[float],
     drifts: list[float],
@@ -298,27 +346,35 @@ def test_weights_never_negative_and_weight_conserved_over_many_periods(
         )
         reply = control(ControlRequest(real, jobs, dict(node_slack)), cfg)
         taken: dict[str, float] = {}
+        returned: dict[str, float] = {}
         for subs, d in zip(state, reply.decisions):
             for ch in d.changes:
                 s = subs[ch.index]
                 assert ch.weight >= 0 and ch.virtual_weight >= 0 and ch.from_slack >= 0
                 # A slowed weight never goes below the floor (nor below where it was).
                 assert ch.weight >= min(s[2], floor * s[1]) - 1e-9
-                # Weight + virtual weight changes only by what came from the slack.
                 before = s[2] + s[3]
-                assert ch.weight + ch.virtual_weight == pytest.approx(
-                    before + ch.from_slack, rel=1e-9, abs=1e-9
-                )
+                after = ch.weight + ch.virtual_weight
                 if ch.factor < 0:
+                    # Slowing moves weight to the virtual subtask; only what an earlier
+                    # speed-up took beyond r_i may leave, back to the node's slack.
                     assert ch.from_slack == 0.0
                     assert ch.weight <= s[2]
+                    assert after <= before + 1e-9
+                    assert after >= min(before, s[1]) - 1e-9
+                    returned[ch.node] = returned.get(ch.node, 0.0) + before - after
                 else:
+                    # Speeding changes weight + virtual weight only by what the slack gave.
                     assert ch.weight >= s[2]
+                    assert after == pytest.approx(before + ch.from_slack, rel=1e-9, abs=1e-9)
                 taken[ch.node] = taken.get(ch.node, 0.0) + ch.from_slack
                 s[2], s[3] = ch.weight, ch.virtual_weight
         for n in nodes:
             assert reply.node_slack[n] >= 0.0
-            assert reply.node_slack[n] == pytest.approx(node_slack[n] - taken.get(n, 0.0), abs=1e-9)
+            # Per node, weight held plus slack is conserved.
+            assert reply.node_slack[n] == pytest.approx(
+                node_slack[n] - taken.get(n, 0.0) + returned.get(n, 0.0), abs=1e-9
+            )
         node_slack = dict(reply.node_slack)
         # Clocks move on: each subtask drifts by its own amount plus the period.
         for j, subs in enumerate(state):
