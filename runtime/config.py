@@ -115,8 +115,8 @@ class RuntimeConfig:
                 raise ValueError(f"{name}: must be a TCP port 0-65535 (0: ephemeral), got {v!r}")
         if len(self.queue_weights) != 3:
             raise ValueError("queue_weights: must be three numbers (local, qos, best_effort)")
-        # The simulator's own checks (cycle, queue weights) apply too.
-        self.sim_config()
+        # The simulator's and the local scheduler's own checks apply too.
+        self.sim_config().local_config(self.get_policy())
 
     @property
     def real_cycle(self) -> float:

@@ -122,7 +122,8 @@ class _Record:
     """What ``status`` shows about one subtask on this node."""
 
     __slots__ = (
-        "subtask", "kind", "state", "exit_code", "reason", "start", "finish", "virtual_time"
+        "subtask", "kind", "state", "exit_code", "reason", "start", "finish", "virtual_time",
+        "measured",
     )
 
     def __init__(self, subtask: Subtask, kind: ExecutorKind, start: float) -> None:
@@ -134,6 +135,7 @@ class _Record:
         self.start = start
         self.finish: float | None = None
         self.virtual_time: float | None = None  # T_V at the last boundary, s
+        self.measured: float | None = None  # Mcycles a process subtask really got
 
 
 def new_incarnation() -> int:
@@ -374,7 +376,7 @@ class NodeRuntime:
         self.scheduler.remove(key)
         rec = self._records[key]
         code = run.executor.exit_code if run.executor is not None else None
-        rec.exit_code, rec.finish = code, b
+        rec.exit_code, rec.finish, rec.measured = code, b, run.measured
         if code == 0 and run.failure is None:
             rec.state = SubtaskState.FINISHED
         else:
@@ -471,6 +473,8 @@ class NodeRuntime:
             if key[0] != job_id or rec.state not in (SubtaskState.PENDING, SubtaskState.RUNNING):
                 continue
             run = self._procs.pop(key, None)
+            if run is not None:
+                rec.measured = run.measured
             if run is not None and run.executor is not None:
                 run.executor.close()
                 rec.exit_code = run.executor.exit_code
@@ -554,6 +558,8 @@ class NodeRuntime:
             d["share"] = run.share
             d["pid"] = run.executor.pid if run.executor is not None else None
             d["cpu_s"] = run.executor.cpu_s_total if run.executor is not None else 0.0
+        elif rec.measured is not None:
+            d["done_work"] = rec.measured
         else:
             d["done_work"] = s.work if rec.state is SubtaskState.FINISHED else s.done_work
             d["virtual_time"] = (

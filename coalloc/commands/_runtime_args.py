@@ -72,11 +72,15 @@ def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None)
 
 
 def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
-    """A :class:`runtime.config.RuntimeConfig` from the parsed options (UserError if bad)."""
+    """A :class:`runtime.config.RuntimeConfig` from the parsed options (UserError if bad;
+    ``--nodes`` is checked here too, before anything is started)."""
     from clocks.real_clock import parse_server
     from runtime.config import RuntimeConfig
+    from runtime.nodes import parse_nodes_spec
 
     try:
+        if args.nodes:
+            parse_nodes_spec(args.nodes, args.seed)
         for i, server in enumerate(args.ntp_server):
             parse_server(server, i)
         optional = {

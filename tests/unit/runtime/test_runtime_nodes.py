@@ -1,0 +1,168 @@
+"""Node specs (--nodes), Ray node -> grid node, placement of local managers; the config,
+the time base and the state file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clocks.base import ManualClock
+from coalloc.errors import UserError
+from global_manager.simulator import SimConfig
+from runtime.config import RuntimeConfig, local_manager_name
+from runtime.nodes import (
+    RayNodeInfo,
+    node_for_ray_node,
+    parse_nodes_spec,
+    plan,
+    ray_nodes_from,
+)
+from runtime.state import DeploymentState, clear_state, load_state, save_state, state_path
+from runtime.timebase import ModelClock, TimeBase, boundary_at_or_after, boundary_index
+from workloads.generator import PaperWorkloadParams, generate
+
+
+def test_count_spec_draws_the_papers_speeds_as_the_generator_does() -> None:
+    for seed in (0, 1, 7):
+        nodes = parse_nodes_spec("4", seed)
+        gen = generate(
+            PaperWorkloadParams(nodes=4, jobs=1, local_flow=False, best_effort_flow=False), seed
+        )
+        assert [n.speed_mhz for n in nodes] == [n.speed_mhz for n in gen.nodes]
+        assert all(100 <= n.speed_mhz <= 600 and n.cores == 1 for n in nodes)
+    assert parse_nodes_spec("4", 0) != parse_nodes_spec("4", 1)
+    assert [n.name for n in parse_nodes_spec("3")] == ["n0", "n1", "n2"]
+
+
+def test_list_spec_gives_speeds_in_mhz() -> None:
+    nodes = parse_nodes_spec("300, 450,600.5")
+    assert [(n.name, n.speed_mhz) for n in nodes] == [("n0", 300.0), ("n1", 450.0),
+                                                      ("n2", 600.5)]
+    assert len(parse_nodes_spec("2")) == 2  # a bare integer is a count, not MHz
+    assert [n.speed_mhz for n in parse_nodes_spec("2.0")] == [2.0]  # a number with a dot: MHz
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("", "empty"),
+        ("0", "count must be within"),
+        ("1000", "count must be within"),
+        ("300,abc", "item 1 ('abc'): not a number"),
+        ("300,-5", "item 1 ('-5'): speed must be > 0"),
+        ("300,nan", "item 1 ('nan'): speed must be > 0"),
+    ],
+)
+def test_bad_node_specs_name_the_item(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match="--nodes") as exc:
+        parse_nodes_spec(spec)
+    assert message in str(exc.value)
+
+
+def _info(node_id: str, head: bool = False, **res: float) -> dict[str, object]:
+    resources = dict(res)
+    if head:
+        resources["node:__internal_head__"] = 1.0
+    return {"NodeID": node_id, "Alive": True, "NodeManagerAddress": "10.0.0.1",
+            "Resources": resources}
+
+
+def test_ray_nodes_head_first_dead_ones_dropped_and_speeds_from_resources() -> None:
+    raw = [
+        _info("bbbbbbbb", CPU=4.0),
+        {"NodeID": "dead", "Alive": False, "Resources": {}},
+        _info("cccccccc", head=True, CPU=2.0, coalloc_mhz=450.0),
+        _info("aaaaaaaa", CPU=0.0),
+    ]
+    infos = ray_nodes_from(raw)
+    assert [i.node_id for i in infos] == ["cccccccc", "aaaaaaaa", "bbbbbbbb"]
+    nodes = [node_for_ray_node(info, i, 1000.0) for i, info in enumerate(infos)]
+    assert [(n.speed_mhz, n.cores) for n in nodes] == [(450.0, 2.0), (1000.0, 1.0),
+                                                       (1000.0, 4.0)]
+    assert nodes[0].name == "r0-cccccc"
+    assert local_manager_name(nodes[0].name) == "coalloc-lm-r0-cccccc"
+
+
+def test_plan_one_per_ray_node_or_emulated_round_robin() -> None:
+    infos = [RayNodeInfo("h", "", {"CPU": 1.0}, True), RayNodeInfo("w", "", {"CPU": 1.0})]
+    per_node = plan(infos, None, 1000.0)
+    assert [(p.ray_node_id, p.emulated) for p in per_node] == [("h", False), ("w", False)]
+    emulated = plan(infos, parse_nodes_spec("1,2,3"), 1000.0)
+    assert [(p.node.speed_mhz, p.ray_node_id, p.emulated) for p in emulated] == [
+        (1.0, "h", True), (2.0, "w", True), (3.0, "h", True)
+    ]
+    with pytest.raises(ValueError, match="no alive nodes"):
+        plan([], None, 1000.0)
+
+
+def test_runtime_config_defaults_are_the_simulators() -> None:
+    cfg = RuntimeConfig()
+    sim = SimConfig()
+    got = cfg.sim_config()
+    for name in ("cycle", "control_every", "rate_per_weight", "queue_weights",
+                 "work_conserving", "log_every"):
+        assert getattr(got, name) == getattr(sim, name), name
+    assert cfg.real_cycle == pytest.approx(cfg.cycle / cfg.time_scale)
+    assert cfg.qos_share == pytest.approx(0.5)
+    assert RuntimeConfig(cycle=5.0, control_every=3).control_period == 15.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"policy": "nope"}, "policy"),
+        ({"time_scale": 0.0}, "time_scale"),
+        ({"cycle": float("inf")}, "cycle"),
+        ({"control_every": 0}, "control_every"),
+        ({"control_lag": 1.0}, "control_lag"),
+        ({"report_port": 70000}, "report_port"),
+        ({"start_margin_s": -1.0}, "start_margin_s"),
+        ({"queue_weights": (0.0, 0.0, 0.0)}, "queue_weights"),
+    ],
+)
+def test_runtime_config_rejects_bad_values_naming_the_field(
+    kwargs: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ValueError, match=field):
+        RuntimeConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_time_base_and_cycle_boundaries() -> None:
+    base = TimeBase(epoch=1_000.0, scale=100.0)
+    assert base.model_at(1_002.5) == pytest.approx(250.0)
+    assert base.real_at(base.model_at(1_234.5)) == pytest.approx(1_234.5)
+    real = ManualClock(1_001.0)
+    clock = ModelClock(real, base)
+    assert clock.now() == pytest.approx(100.0)
+    assert clock.seconds_until(300.0) == pytest.approx(2.0)
+    assert clock.clock_status() == (None, None)  # a clock without status()
+    assert boundary_at_or_after(20.0, 10.0) == 20.0
+    assert boundary_at_or_after(20.0001, 10.0) == 30.0
+    assert boundary_index(29.9999, 10.0) == 2
+    assert boundary_index(30.0, 10.0) == 3
+    with pytest.raises(ValueError, match="scale"):
+        TimeBase(0.0, 0.0)
+
+
+def test_state_file_round_trip_and_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COALLOC_HOME", str(tmp_path / "home"))
+    assert load_state() is None
+    st = DeploymentState(address="127.0.0.1:6379", embedded=True, actors=("a", "b"),
+                         head_pid=42, phase_log="/x.jsonl", started_at=1.5)
+    path = save_state(st)
+    assert path == state_path() and path.parent == tmp_path / "home"
+    assert load_state() == st
+    path.write_text("{not json")
+    with pytest.raises(UserError, match="unreadable state file"):
+        load_state()
+    path.write_text(json.dumps({"version": 99}))
+    with pytest.raises(UserError, match="version"):
+        load_state()
+    path.write_text(json.dumps({"version": 1, "embedded": True}))
+    with pytest.raises(UserError, match="malformed"):
+        load_state()
+    clear_state()
+    clear_state()  # idempotent
+    assert load_state() is None
