@@ -30,6 +30,10 @@ def strict_job(
     )
 
 
+#: A 10 s scheduling cycle for the hand-timed runs.
+TEN = SimConfig(cycle=10.0)
+
+
 def small_workload(seed: int, nodes: int = 3, jobs: int = 30) -> Workload:
     w = generate(
         PaperWorkloadParams(
@@ -46,7 +50,7 @@ def small_workload(seed: int, nodes: int = 3, jobs: int = 30) -> Workload:
 def test_one_subtask_alone_runs_at_full_speed_when_work_conserving() -> None:
     # 1000 MHz, cycle 10 s: the QoS queue alone gets the whole 10,000 Mcycles.
     w = Workload((Node("a", 1000.0),), (strict_job("j1", 0.0, 10_000.0),))
-    r = simulate(w, "strict", seed=0)
+    r = simulate(w, "strict", seed=0, config=TEN)
     (j,) = r.jobs
     assert (j.admitted, j.completed, j.turnaround, j.nodes) == (True, True, 10.0, ("a",))
     assert (r.end_time, r.cycles) == (10.0, 1)
@@ -55,14 +59,14 @@ def test_one_subtask_alone_runs_at_full_speed_when_work_conserving() -> None:
 
 def test_non_work_conserving_queue_gets_only_its_share() -> None:
     w = Workload((Node("a", 1000.0),), (strict_job("j1", 0.0, 10_000.0),))
-    r = simulate(w, "strict", seed=0, config=SimConfig(work_conserving=False))
+    r = simulate(w, "strict", seed=0, config=replace(TEN, work_conserving=False))
     assert r.jobs[0].turnaround == 20.0  # 500 Mcycles/s
     assert r.utilization["a"] == pytest.approx(0.5)
 
 
 def test_idle_grid_jumps_to_the_cycle_boundary_after_the_next_arrival() -> None:
     w = Workload((Node("a", 1000.0),), (strict_job("j1", 35.0, 10_000.0),))
-    r = simulate(w, "strict", seed=0)
+    r = simulate(w, "strict", seed=0, config=TEN)
     # Admitted at 40 s (boundary at or after 35), done at 50 s.
     assert r.jobs[0].turnaround == pytest.approx(15.0)
     assert (r.end_time, r.cycles) == (50.0, 1)
@@ -102,7 +106,7 @@ def test_rejected_jobs_are_reported_with_their_reason() -> None:
 
 def test_max_time_stops_the_run_with_jobs_unfinished() -> None:
     w = Workload((Node("a", 100.0),), (strict_job("j1", 0.0, 1e9),))
-    r = simulate(w, "sq", seed=0, config=SimConfig(max_time=200.0))
+    r = simulate(w, "sq", seed=0, config=replace(TEN, max_time=200.0))
     assert r.end_time == 200.0
     assert not r.jobs[0].completed and r.jobs[0].turnaround is None
     assert r.strict_completed() == []
