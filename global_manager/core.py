@@ -125,7 +125,7 @@ class GlobalManagerCore:
         if n <= 0:
             return Admission(job_id, False, "job has no subtasks")
         if spec.qos is QosClass.LOCAL:
-            if spec.node not in self.nodes or n != 1:
+            if spec.node not in self.nodes or len(spec.subtasks) != 1:
                 return Admission(
                     job_id,
                     False,
@@ -149,6 +149,9 @@ class GlobalManagerCore:
                     self.rng,
                 )
             else:
+                bad = _check_split_totals(spec)
+                if bad:
+                    return Admission(job_id, False, bad)
                 works, weights, rates, reply = self._split(job_id, spec, checked)
         if not reply.admitted or reply.nodes is None:
             return Admission(job_id, False, reply.reason)
@@ -192,7 +195,8 @@ class GlobalManagerCore:
     ) -> tuple[list[float], list[float], list[float], PlacementReply]:
         n = int(spec.parallelism or 0)
         total_work = float(spec.total_work or 0.0)
-        total_weight = float(spec.total_weight or 0.0)
+        # A missing total weight means 1 per subtask, as in job files.
+        total_weight = float(spec.total_weight if spec.total_weight is not None else n)
         ranked = self.placement.rank(self._loads(), checked, self.rng)[:n]
         basis = [max(nl.free, 0.0) if checked else nl.cpu_rate for nl in ranked]
         if sum(basis) <= 0:
@@ -236,3 +240,15 @@ class GlobalManagerCore:
 
     def committed_view(self) -> Mapping[str, float]:
         return dict(self.committed)
+
+
+def _check_split_totals(spec: JobSpec) -> str:
+    """Why a job given by ``parallelism`` cannot be split ("" if it can): its total work
+    (Mcycles) must be > 0 and its total weight, when given, > 0."""
+    w = spec.total_work
+    if w is None or not math.isfinite(w) or w <= 0:
+        return f"total_work: must be a finite number > 0 Mcycles to split a job, got {w!r}"
+    r = spec.total_weight
+    if r is not None and (not math.isfinite(r) or r <= 0):
+        return f"total_weight: must be a finite number > 0, got {r!r}"
+    return ""

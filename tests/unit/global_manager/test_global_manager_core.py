@@ -238,3 +238,32 @@ def test_policy_registry() -> None:
     )
     with pytest.raises(ValueError, match="unknown policy 'fast'"):
         get_policy("fast")
+
+
+def _parallel(qos: QosClass = QosClass.STRICT, **kw: object) -> JobSpec:
+    windows = {"overall_deviation": 100.0, "asynchrony": 100.0} if qos is QosClass.STRICT else {}
+    return JobSpec("p", qos, parallelism=2, **windows, **kw)  # type: ignore[arg-type]
+
+
+def test_parallelism_job_without_total_work_is_rejected_with_a_reason() -> None:
+    g = gm()
+    for kw in ({}, {"total_work": 0.0}, {"total_work": -5.0}):
+        adm = g.submit(_parallel(total_weight=2.0, **kw), 0.0)
+        assert not adm.admitted and adm.reason.startswith("total_work:"), kw
+    assert g.committed == {"a": 0.0, "b": 0.0, "c": 0.0}
+
+
+def test_parallelism_job_without_total_weight_gets_one_per_subtask() -> None:
+    # As in job files: a missing total weight means weight 1 per subtask.
+    adm = gm().submit(_parallel(total_work=1e4), 0.0)
+    assert adm.admitted
+    assert sum(s.relative_weight for s in adm.subtasks) == pytest.approx(2.0)
+    assert sum(s.work for s in adm.subtasks) == pytest.approx(1e4)
+    bad = gm().submit(_parallel(total_work=1e4, total_weight=0.0), 0.0)
+    assert not bad.admitted and bad.reason.startswith("total_weight:")
+
+
+def test_local_job_without_subtasks_is_rejected_not_crashed() -> None:
+    spec = JobSpec("x", QosClass.LOCAL, parallelism=1, total_work=10.0, total_weight=1.0, node="a")
+    adm = gm().submit(spec, 0.0)
+    assert not adm.admitted and "local job needs one subtask" in adm.reason
