@@ -244,8 +244,11 @@ cmd_start() {
         PIDS="$PIDS worker$i:$pid"
         write_state
         echo "worker$i   pid $pid  cpus $((i + 1))  resources $res"
+        # One at a time: raylets starting together in one session race for the same
+        # socket file names (plasma_store.N) and one of them dies.
+        wait_for_nodes "$ADDRESS" $((i + 1)) >/dev/null
     done
-    wait_for_nodes "$ADDRESS" $((n + 1))
+    echo "$((n + 1)) nodes alive"
     trap - ERR INT TERM
     echo "address   $ADDRESS"
     echo "auth      RAY_AUTH_MODE=$AUTH_MODE (clients: eval \"\$($0 env)\")"
