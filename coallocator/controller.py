@@ -58,6 +58,19 @@ class OverallFactor(str, Enum):
     UNIFORM = "uniform"
 
 
+class AheadPolicy(str, Enum):
+    """What the overall error window does with a job that runs *ahead* of real time.
+
+    ``slow``: slow it back into the window (the paper's literal rule: the window bounds
+    both acceleration and delay). ``let_run``: leave it (only the asynchrony window
+    applies), so a job whose subtasks all get spare CPU finishes early and frees its
+    admission budget sooner; a job *behind* is always sped up.
+    """
+
+    SLOW = "slow"
+    LET_RUN = "let_run"
+
+
 class AsynchronyTargets(str, Enum):
     """Which subtasks the asynchrony window corrects."""
 
@@ -73,6 +86,7 @@ class ControllerConfig:
     weight_floor: float = 0.01
     asynchrony_targets: AsynchronyTargets = AsynchronyTargets.ALL
     overall_factor: OverallFactor = OverallFactor.PER_SUBTASK
+    ahead: AheadPolicy = AheadPolicy.SLOW
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.gain) or self.gain <= 0:
@@ -177,7 +191,10 @@ def _control_job(
     k = cfg.gain
     factors: list[float]  # signed: > 0 speed up, < 0 slow down
     deviation = mean_v - real_time
-    if abs(deviation) > job.overall_deviation:
+    overall = deviation < -job.overall_deviation or (
+        deviation > job.overall_deviation and cfg.ahead is AheadPolicy.SLOW
+    )
+    if overall:
         window = Window.OVERALL_AHEAD if deviation > 0 else Window.OVERALL_BEHIND
         if cfg.overall_factor is OverallFactor.UNIFORM:
             factors = [-deviation * s.admitted_weight * k for s in subs]

@@ -10,6 +10,7 @@ virtual subtasks do with their share:
 | ``none`` | none | off | (none) |
 | ``sq_no_overbooking`` | strict | on | idle |
 | ``sq_work_conserving`` | 5 % overbooking | on | lent to best effort |
+| ``sq_let_ahead`` | 5 % overbooking | on, jobs ahead of real time are not slowed | idle |
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from coallocator.controller import ControllerConfig
+from coallocator.controller import AheadPolicy, ControllerConfig
 from global_manager.admission import admission_policies
 from global_manager.registry import Registry
 from local_manager.scheduler import VirtualSubtaskMode
@@ -29,6 +30,7 @@ class PolicyName(str, Enum):
     NONE = "none"
     SQ_NO_OVERBOOKING = "sq_no_overbooking"
     SQ_WORK_CONSERVING = "sq_work_conserving"
+    SQ_LET_AHEAD = "sq_let_ahead"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,13 @@ def _sq_work_conserving(**kw: object) -> Policy:
     kw.setdefault("overbooking", 0.05)
     kw.setdefault("virtual_mode", VirtualSubtaskMode.WORK_CONSERVING)
     return Policy(name="sq_work_conserving", admission="overbooking", controller=True, **kw)  # type: ignore[arg-type]
+
+
+@policies.register(PolicyName.SQ_LET_AHEAD.value)
+def _sq_let_ahead(**kw: object) -> Policy:
+    kw.setdefault("overbooking", 0.05)
+    kw.setdefault("controller_config", ControllerConfig(ahead=AheadPolicy.LET_RUN))
+    return Policy(name="sq_let_ahead", admission="overbooking", controller=True, **kw)  # type: ignore[arg-type]
 
 
 def get_policy(name: str, **overrides: object) -> Policy:
