@@ -229,7 +229,9 @@ class ReportReceiver(_Counted):
     (``MAXMSGSIZE``); a frame above ``limits.max_frame_bytes`` but within the cap is
     counted ``oversized``, one above the cap makes libzmq drop that peer's connection
     before allocating it (not counted: libzmq does not report it; the peer reconnects).
-    Default: 16 x ``max_frame_bytes``. ``dedupe_window``/``max_streams``: see
+    Default: 16 x ``max_frame_bytes``. Memory held by ZeroMQ for unread messages is at
+    most about ``rcvhwm`` x ``max_msg_bytes`` (valid frames are under 600 bytes; lower
+    both where hostile peers can connect). ``dedupe_window``/``max_streams``: see
     :class:`ReportDeduplicator`.
     """
 
@@ -239,7 +241,7 @@ class ReportReceiver(_Counted):
         port: int | None = None,
         *,
         limits: WireLimits = DEFAULT_LIMITS,
-        rcvhwm: int = 100_000,
+        rcvhwm: int = 10_000,
         max_msg_bytes: int | None = None,
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
         max_streams: int = DEFAULT_MAX_STREAMS,
