@@ -1,0 +1,537 @@
+"""``coalloc experiment paper``: the SQ paper's experiment (DESIGN §3), reproduced.
+
+For every cell ``nodes x lambda`` of the matrix, generate the paper's workload once
+(:func:`workloads.generator.generate`, seeded by :func:`cell_seed` from ``--seed``, the
+node count and lambda) and simulate it under every policy of ``--policies``
+(:func:`global_manager.simulator.simulate`, the same seed), so that the policies of a cell
+see the same nodes and jobs. Runs go to ``--workers`` processes; results are sorted
+before they are written, so they do not depend on the worker count or finishing order.
+
+Writes into ``--out`` (default ``runs/paper``): ``results.csv`` (one row per nodes x
+lambda x policy), ``results.json`` (the rows with their wall time, and the
+configuration), the phase logs ``logs/n{nodes}-lam{lambda}-{policy}.jsonl``,
+``phase_difference.png`` (mean phase difference against node count, one panel for the
+smallest and one for the largest lambda, like the paper's Figs. 3 and 4) and
+``acceptance.png`` (acceptance ratio against node count, one panel per lambda).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from coalloc.errors import UserError
+
+DEFAULT_NODES = (3, 6, 9, 12)
+DEFAULT_LAMBDAS = (10.0, 100.0, 200.0, 500.0)
+DEFAULT_POLICIES = ("sq", "strict")
+DEFAULT_OUT = "runs/paper"
+DEFAULT_CYCLE = 30.0  # s, the local scheduling cycle q
+DEFAULT_LOG_EVERY = 10  # control periods between routine log records (firings always)
+
+CSV_COLUMNS = (
+    "nodes", "lam", "policy", "submitted", "admitted", "completed", "acceptance_ratio",
+    "phase_jobs", "mean_phase_difference", "max_phase_difference", "mean_completion_skew",
+    "mean_turnaround", "utilization", "end_time", "cycles",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One run of the matrix: ``nodes`` nodes, mean QoS inter-arrival ``lam`` (s), one
+    policy. ``seed`` seeds both the workload and the simulator's RNG; ``jobs`` is the QoS
+    job count (``None``: the generator's uniform 1500..3000); ``cycle`` is ``q`` (s);
+    ``log_every`` is 0 for no phase log."""
+
+    nodes: int
+    lam: float
+    policy: str
+    seed: int
+    jobs: int | None
+    cycle: float
+    work_conserving: bool
+    log_every: int
+    log_path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of ``results.csv``. Counts are of strict jobs: ``submitted``, ``admitted``
+    and ``completed`` (all sizes); ``acceptance_ratio = admitted / submitted``.
+    ``phase_jobs`` counts the completed strict jobs with at least two subtasks, the
+    population (the paper's) of ``mean_phase_difference`` (mean of the jobs' mean phase
+    differences, s), ``max_phase_difference`` (largest of the jobs' maxima, s) and
+    ``mean_completion_skew`` (s); ``mean_turnaround`` (s) is over all completed strict
+    jobs. ``None`` when the population is empty. ``utilization``: mean over nodes of
+    CPU used by subtasks over CPU offered (0..1); ``end_time`` (s) and ``cycles`` of the
+    simulated run. ``wall_seconds`` is kept out of the CSV (it is not a result: the CSV
+    is byte-identical for any worker count) and written to ``results.json``."""
+
+    nodes: int
+    lam: float
+    policy: str
+    submitted: int
+    admitted: int
+    completed: int
+    acceptance_ratio: float | None
+    phase_jobs: int
+    mean_phase_difference: float | None
+    max_phase_difference: float | None
+    mean_completion_skew: float | None
+    mean_turnaround: float | None
+    utilization: float
+    end_time: float
+    cycles: int
+    wall_seconds: float = 0.0
+
+
+# -- the matrix ----------------------------------------------------------------------------
+
+
+def cell_seed(seed: int, nodes: int, lam: float) -> int:
+    """The seed of cell ``(nodes, lam)``: a 63-bit hash of ``(seed, nodes, lam)``, stable
+    across processes and Python versions (``lam`` read as a float, so 10 and 10.0 agree)."""
+    key = f"coalloc-paper:{int(seed)}:{int(nodes)}:{float(lam)!r}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") >> 1
+
+
+def log_name(nodes: int, lam: float, policy: str) -> str:
+    """``n{nodes}-lam{lam}-{policy}.jsonl``; a whole lambda is written without ``.0``."""
+    return f"n{nodes}-lam{_lam_text(lam)}-{policy}.jsonl"
+
+
+def _lam_text(lam: float) -> str:
+    return str(int(lam)) if float(lam).is_integer() else repr(float(lam))
+
+
+def make_cells(
+    nodes: Sequence[int],
+    lams: Sequence[float],
+    policies: Sequence[str],
+    seed: int,
+    jobs: int | None = None,
+    cycle: float = DEFAULT_CYCLE,
+    work_conserving: bool = False,
+    log_every: int = DEFAULT_LOG_EVERY,
+    log_dir: Path | None = None,
+) -> list[Cell]:
+    """Every run of the matrix, in output order (nodes, lambda, then ``policies``' order).
+    Logs go to ``log_dir`` when it is given and ``log_every > 0``."""
+    cells = []
+    for n in nodes:
+        for lam in lams:
+            s = cell_seed(seed, n, lam)
+            for p in policies:
+                path = (
+                    str(log_dir / log_name(n, lam, p))
+                    if log_dir is not None and log_every > 0
+                    else None
+                )
+                cells.append(
+                    Cell(n, float(lam), p, s, jobs, cycle, work_conserving, log_every, path)
+                )
+    return cells
+
+
+def run_cell(cell: Cell) -> Row:
+    """Generate the cell's workload and simulate it under the cell's policy (one process;
+    top-level so that worker processes can import it)."""
+    from global_manager.simulator import SimConfig, simulate
+    from workloads.generator import PaperWorkloadParams, generate
+
+    start = time.perf_counter()
+    workload = generate(
+        PaperWorkloadParams(nodes=cell.nodes, mean_interarrival=cell.lam, jobs=cell.jobs),
+        seed=cell.seed,
+    )
+    config = SimConfig(
+        cycle=cell.cycle,
+        work_conserving=cell.work_conserving,
+        log_every=max(cell.log_every, 1),
+    )
+    result = simulate(workload, cell.policy, seed=cell.seed, config=config,
+                      log_path=cell.log_path)
+    row = summarize_run(cell, result)
+    # Wall time is measured here, in the worker, so it excludes queueing in the pool.
+    return _with_wall(row, time.perf_counter() - start)
+
+
+def summarize_run(cell: Cell, result: Any) -> Row:
+    """The CSV row of one :class:`~global_manager.simulator.RunResult`."""
+    strict = [j for j in result.jobs if j.qos == "strict"]
+    admitted = sum(1 for j in strict if j.admitted)
+    done = [j for j in strict if j.completed]
+    phase = result.strict_completed(min_subtasks=2)
+    util = result.utilization
+    return Row(
+        nodes=cell.nodes,
+        lam=cell.lam,
+        policy=cell.policy,
+        submitted=len(strict),
+        admitted=admitted,
+        completed=len(done),
+        acceptance_ratio=admitted / len(strict) if strict else None,
+        phase_jobs=len(phase),
+        mean_phase_difference=_mean([j.mean_phase_difference for j in phase]),
+        max_phase_difference=max(
+            (j.max_phase_difference for j in phase if j.max_phase_difference is not None),
+            default=None,
+        ),
+        mean_completion_skew=_mean([j.completion_skew for j in phase]),
+        mean_turnaround=_mean([j.turnaround for j in done]),
+        utilization=sum(util.values()) / len(util) if util else 0.0,
+        end_time=result.end_time,
+        cycles=result.cycles,
+    )
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return math.fsum(vals) / len(vals) if vals else None
+
+
+def _with_wall(row: Row, wall: float) -> Row:
+    d = asdict(row)
+    d["wall_seconds"] = wall
+    return Row(**d)
+
+
+def run_matrix(
+    cells: Sequence[Cell],
+    workers: int,
+    progress: Callable[[Row], None] | None = None,
+) -> list[Row]:
+    """Run every cell, in this process when ``workers == 1`` or else in a pool of
+    ``workers`` processes (forkserver where available, else spawn: no state is inherited
+    from this process). ``progress(row)`` is called as each run finishes. The rows come
+    back in the order of ``cells``, whatever the finishing order."""
+    if workers < 1:
+        raise ValueError(f"workers: must be >= 1, got {workers}")
+    rows: dict[int, Row] = {}
+    if workers == 1 or len(cells) <= 1:
+        for i, cell in enumerate(cells):
+            rows[i] = run_cell(cell)
+            if progress is not None:
+                progress(rows[i])
+        return [rows[i] for i in range(len(cells))]
+
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    # Longest runs first (more nodes, heavier load), so that the pool does not end on a
+    # single long straggler; the output order does not depend on this.
+    order = sorted(range(len(cells)), key=lambda i: (-cells[i].nodes, cells[i].lam, i))
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=ctx)
+    try:
+        pending = {pool.submit(run_cell, cells[i]): i for i in order}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                i = pending.pop(fut)
+                rows[i] = fut.result()
+                if progress is not None:
+                    progress(rows[i])
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return [rows[i] for i in range(len(cells))]
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+def _csv_value(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def write_csv(path: Path, rows: Sequence[Row]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(CSV_COLUMNS)
+        for row in rows:
+            record = asdict(row)
+            writer.writerow([_csv_value(record[c]) for c in CSV_COLUMNS])
+
+
+def write_json(path: Path, rows: Sequence[Row], config: dict[str, Any]) -> None:
+    payload = {"config": config, "rows": [asdict(r) for r in rows]}
+    path.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def _series(
+    rows: Sequence[Row], lam: float, policy: str, field: str
+) -> tuple[list[int], list[float]]:
+    """(nodes, values) of one policy at one lambda, skipping empty values."""
+    points = sorted(
+        (r.nodes, getattr(r, field))
+        for r in rows
+        if r.lam == lam and r.policy == policy and getattr(r, field) is not None
+    )
+    return [p[0] for p in points], [float(p[1]) for p in points]
+
+
+_LABELS = {
+    "sq": "SQ (5 % overbooking + controller)",
+    "strict": "strict admission control",
+    "none": "no admission control",
+    "sq_no_overbooking": "SQ without overbooking",
+    "sq_work_conserving": "SQ, work-conserving virtual subtasks",
+}
+
+
+def plot_phase_difference(path: Path, rows: Sequence[Row], lams: Sequence[float],
+                          policies: Sequence[str]) -> None:
+    """Mean phase difference (s) against node count at the smallest and the largest
+    lambda (one panel if only one is given), one line per policy (the paper's Figs. 3, 4)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({min(lams), max(lams)})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2),
+                             constrained_layout=True, squeeze=False)
+    for ax, lam in zip(axes[0], panels):
+        for policy in policies:
+            xs, ys = _series(rows, lam, policy, "mean_phase_difference")
+            ax.plot(xs, ys, marker="o", label=_LABELS.get(policy, policy))
+        load = "overload" if lam == min(lams) and len(panels) > 1 else (
+            "light load" if len(panels) > 1 else "")
+        ax.set_title(f"λ = {_lam_text(lam)} s" + (f" ({load})" if load else ""))
+        ax.set_xlabel("number of nodes")
+        ax.set_ylabel("mean phase difference (s)")
+        ax.set_xticks(sorted({r.nodes for r in rows}))
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Mean phase difference of completed strict jobs (≥ 2 subtasks)")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_acceptance(path: Path, rows: Sequence[Row], lams: Sequence[float],
+                    policies: Sequence[str]) -> None:
+    """Acceptance ratio of strict jobs against node count, one panel per lambda."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(lams), figsize=(4.0 * len(lams), 3.8),
+                             constrained_layout=True, squeeze=False, sharey=True)
+    for ax, lam in zip(axes[0], lams):
+        for policy in policies:
+            xs, ys = _series(rows, lam, policy, "acceptance_ratio")
+            ax.plot(xs, ys, marker="o", label=_LABELS.get(policy, policy))
+        ax.set_title(f"λ = {_lam_text(lam)} s")
+        ax.set_xlabel("number of nodes")
+        ax.set_xticks(sorted({r.nodes for r in rows}))
+        ax.set_ylim(0, 1.05)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("acceptance ratio (admitted / submitted strict jobs)")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("Admission of strict jobs")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """The results as a fixed-width text table (``-`` for empty values)."""
+    head = ("nodes", "lam", "policy", "subm", "adm", "done", "accept", "phase_n",
+            "mean_phi_s", "max_phi_s", "skew_s", "turnaround_s", "util", "wall_s")
+    lines = ["{:>5} {:>5} {:<18} {:>5} {:>5} {:>5} {:>6} {:>7} {:>10} {:>9} {:>8} "
+             "{:>12} {:>5} {:>7}".format(*head)]
+    for r in rows:
+        lines.append(
+            f"{r.nodes:>5} {_lam_text(r.lam):>5} {r.policy:<18} {r.submitted:>5} "
+            f"{r.admitted:>5} {r.completed:>5} {_num(r.acceptance_ratio, 6, 3)} "
+            f"{r.phase_jobs:>7} {_num(r.mean_phase_difference, 10, 1)} "
+            f"{_num(r.max_phase_difference, 9, 1)} {_num(r.mean_completion_skew, 8, 1)} "
+            f"{_num(r.mean_turnaround, 12, 0)} {_num(r.utilization, 5, 3)} "
+            f"{_num(r.wall_seconds, 7, 1)}"
+        )
+    return "\n".join(lines)
+
+
+def _num(value: float | None, width: int, digits: int) -> str:
+    if value is None:
+        return f"{'-':>{width}}"
+    return f"{value:>{width}.{digits}f}"
+
+
+# -- command line --------------------------------------------------------------------------
+
+
+def _int_list(flag: str, text: str) -> list[int]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise UserError(f"{flag}: must name at least one value")
+    values = []
+    for p in parts:
+        try:
+            v = int(p)
+        except ValueError:
+            raise UserError(f"{flag}: {p!r} is not an integer (expected e.g. 3,6,9,12)") from None
+        if v < 1:
+            raise UserError(f"{flag}: must be >= 1, got {v}")
+        values.append(v)
+    return _unique(flag, values)
+
+
+def _float_list(flag: str, text: str) -> list[float]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise UserError(f"{flag}: must name at least one value")
+    values = []
+    for p in parts:
+        try:
+            v = float(p)
+        except ValueError:
+            raise UserError(f"{flag}: {p!r} is not a number (expected e.g. 10,500)") from None
+        if not math.isfinite(v) or v <= 0:
+            raise UserError(f"{flag}: must be a finite number of seconds > 0, got {p}")
+        values.append(v)
+    return _unique(flag, values)
+
+
+def _unique(flag: str, values: list[Any]) -> list[Any]:
+    seen = set()
+    for v in values:
+        if v in seen:
+            raise UserError(f"{flag}: {v} is given twice")
+        seen.add(v)
+    return values
+
+
+def _policy_list(text: str) -> list[str]:
+    import difflib
+
+    from global_manager.policies import policies
+
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise UserError("--policies: must name at least one policy")
+    known = policies.names()
+    for name in names:
+        if name not in policies:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "known: " + ", ".join(known)
+            raise UserError(f"--policies: unknown policy {name!r}; {hint}")
+    return _unique("--policies", names)
+
+
+def _int_flag(flag: str, text: str, low: int | None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UserError(f"{flag}: {text!r} is not an integer") from None
+    if low is not None and value < low:
+        raise UserError(f"{flag}: must be >= {low}, got {value}")
+    return value
+
+
+def _seconds_flag(flag: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"{flag}: {text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"{flag}: must be a finite number of seconds > 0, got {text}")
+    return value
+
+
+def handler(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    nodes = _int_list("--nodes", args.nodes)
+    lams = _float_list("--lam", args.lam)
+    policy_names = _policy_list(args.policies)
+    jobs = None if args.jobs is None else _int_flag("--jobs", args.jobs, 1)
+    seed = _int_flag("--seed", args.seed, None)
+    workers = (os.cpu_count() or 1) if args.workers is None else _int_flag(
+        "--workers", args.workers, 1)
+    cycle = _seconds_flag("--cycle", args.cycle)
+    log_every = _int_flag("--log-every", args.log_every, 0)
+
+    out = Path(args.out)
+    log_dir = out / "logs"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if log_every > 0:
+            log_dir.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{out}: cannot create output directory: {exc.strerror}") from None
+
+    cells = make_cells(nodes, lams, policy_names, seed, jobs, cycle,
+                       args.work_conserving, log_every, log_dir)
+    start = time.perf_counter()
+    with tqdm(total=len(cells), desc="paper", unit="run", file=sys.stderr,
+              disable=args.quiet) as bar:
+        rows = run_matrix(cells, workers, progress=lambda _row: bar.update())
+    wall = time.perf_counter() - start
+
+    config = {
+        "nodes": nodes, "lam": lams, "policies": policy_names, "seed": seed,
+        "jobs": jobs if jobs is not None else "uniform 1500..3000 (generator)",
+        "cell_seeds": {f"n{n}-lam{_lam_text(lam)}": cell_seed(seed, n, lam)
+                       for n in nodes for lam in lams},
+        "cycle_s": cycle, "work_conserving": args.work_conserving,
+        "queue_weights": [0.3, 0.5, 0.2], "log_every": log_every,
+        "workers": workers, "wall_seconds": wall,
+    }
+    write_csv(out / "results.csv", rows)
+    write_json(out / "results.json", rows, config)
+    plot_phase_difference(out / "phase_difference.png", rows, lams, policy_names)
+    plot_acceptance(out / "acceptance.png", rows, lams, policy_names)
+    print(format_table(rows))
+    print(f"{len(rows)} runs in {wall:.1f} s on {workers} worker(s); wrote "
+          f"{out / 'results.csv'}, {out / 'results.json'}, {out / 'phase_difference.png'}, "
+          f"{out / 'acceptance.png'}" + (f", {log_dir}/" if log_every > 0 else ""))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "paper",
+        help="the SQ paper's experiment: SQ vs strict admission over nodes x lambda",
+        description=(__doc__ or "").split("\n\n")[1],
+    )
+    parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_NODES)),
+                        help="comma-separated node counts (default %(default)s)")
+    parser.add_argument("--lam", default=",".join(_lam_text(x) for x in DEFAULT_LAMBDAS),
+                        help="comma-separated mean QoS inter-arrival times lambda, s "
+                             "(default %(default)s)")
+    parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
+                        help="comma-separated policy names (default %(default)s; also none, "
+                             "sq_no_overbooking, sq_work_conserving)")
+    parser.add_argument("--jobs", default=None,
+                        help="QoS jobs per run (default: uniform 1500..3000, the paper's)")
+    parser.add_argument("--seed", default="0", help="random seed (default 0)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s)")
+    parser.add_argument("--workers", default=None,
+                        help="worker processes (default: the CPU count)")
+    parser.add_argument("--cycle", default=str(DEFAULT_CYCLE),
+                        help="local scheduling cycle q, s (default %(default)s)")
+    parser.add_argument("--work-conserving", action="store_true",
+                        help="pass unused queue shares on between the three queues "
+                             "(default off, the paper's mode)")
+    parser.add_argument("--log-every", default=str(DEFAULT_LOG_EVERY),
+                        help="log a job's phase every K control periods, and whenever a "
+                             "window fires (default %(default)s; 0 = no phase logs)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=handler)
