@@ -173,13 +173,15 @@ def resolve_address(address: str | None) -> str:
 def connect(address: str | None = None) -> Client:
     """Connect to the coalloc deployment on the Ray cluster at ``address`` (see the module
     docstring). Raises :class:`UserError` when no cluster or no deployment is found."""
-    import ray
+    import sys
 
     from runtime.config import GLOBAL_NAME
     from runtime.deploy import connect_ray, find_actor
 
-    if ray.is_initialized() and not address:
-        gcs = str(ray.get_runtime_context().gcs_address)
+    # Ray must not be imported before connect_ray has set its authentication mode.
+    ray_mod = sys.modules.get("ray")
+    if ray_mod is not None and ray_mod.is_initialized() and not address:
+        gcs = str(ray_mod.get_runtime_context().gcs_address)
     else:
         gcs = connect_ray(resolve_address(address))
     gm = find_actor(GLOBAL_NAME)

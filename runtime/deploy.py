@@ -34,6 +34,8 @@ from runtime.config import (
 from runtime.nodes import NodePlacement, parse_nodes_spec, plan, ray_nodes_from
 from runtime.timebase import TimeBase, make_real_clock
 
+log = logging.getLogger("coalloc.runtime")
+
 #: Real seconds to wait for every actor to report ready.
 READY_TIMEOUT_S = 120.0
 #: Real seconds to wait for an embedded head to accept connections.
@@ -45,13 +47,26 @@ SHUTDOWN_TIMEOUT_S = 20.0
 # --------------------------------------------------------------------------- Ray
 
 
-def connect_ray(address: str) -> str:
+def connect_ray(address: str, auth_mode: str | None = None) -> str:
     """Connect this process to the Ray cluster at ``address`` (or reuse a connection);
-    return the GCS address. Raises :class:`UserError` when no cluster is reachable."""
+    return the GCS address. Raises :class:`UserError` when no cluster is reachable.
+
+    ``auth_mode`` (``token`` or ``disabled``) is Ray's ``RAY_AUTH_MODE`` for this cluster;
+    by default the one recorded for an embedded head ``up`` started at that address (a
+    driver given an explicit address never turns token authentication on by itself). An
+    explicit ``RAY_AUTH_MODE`` in the environment always wins. Ray reads it when it is
+    first imported, so this must run before anything in the process imports Ray."""
+    ray_mod = sys.modules.get("ray")
+    if ray_mod is not None and ray_mod.is_initialized():
+        return str(ray_mod.get_runtime_context().gcs_address)
+    if auth_mode is None:
+        auth_mode = recorded_auth_mode(address)
+    if auth_mode and "RAY_AUTH_MODE" not in os.environ:
+        if ray_mod is not None:  # pragma: no cover - a caller imported Ray too early
+            log.warning("Ray was imported before RAY_AUTH_MODE=%s could be set", auth_mode)
+        os.environ["RAY_AUTH_MODE"] = auth_mode
     import ray
 
-    if ray.is_initialized():
-        return str(ray.get_runtime_context().gcs_address)
     if address not in ("auto", "local") and not _reachable(address):
         raise UserError(f"{address}: no Ray cluster reachable there (start one, or run coalloc up)")
     try:
@@ -65,6 +80,32 @@ def connect_ray(address: str) -> str:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{address}: cannot connect to a Ray cluster ({first})") from None
     return str(ray.get_runtime_context().gcs_address)
+
+
+def recorded_auth_mode(address: str) -> str | None:
+    """The auth mode of the embedded head recorded at ``address`` in the state file."""
+    from runtime.state import load_state
+
+    state = load_state()
+    if state is None or not state.embedded:
+        return None
+    if address not in (state.address, state.extra.get("connect_address")):
+        return None
+    mode = state.extra.get("auth_mode")
+    return str(mode) if mode else None
+
+
+def embedded_auth_mode() -> str:
+    """``RAY_AUTH_MODE`` for an embedded head: the environment's if set, else ``token``
+    when a Ray token exists (``ray start`` then turns token authentication on by itself,
+    and every driver must send it), else ``disabled``."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode:
+        return mode
+    has_token = bool(os.environ.get("RAY_AUTH_TOKEN")) or (
+        Path.home() / ".ray" / "auth_token"
+    ).exists()
+    return "token" if has_token else "disabled"
 
 
 def _reachable(address: str, timeout: float = 3.0) -> bool:
@@ -97,6 +138,7 @@ class EmbeddedHead:
     pid: int
     temp_dir: str
     log: str
+    auth_mode: str
 
 
 def _free_port() -> int:
@@ -122,10 +164,12 @@ def start_embedded_head(num_cpus: int | None = None) -> EmbeddedHead:
     ]
     if num_cpus is not None:
         argv.append(f"--num-cpus={num_cpus}")
+    auth_mode = embedded_auth_mode()
+    env = dict(os.environ, RAY_AUTH_MODE=auth_mode)
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, env=env,
         )
     address = f"127.0.0.1:{port}"
     deadline = time.monotonic() + HEAD_TIMEOUT_S
@@ -136,7 +180,7 @@ def start_embedded_head(num_cpus: int | None = None) -> EmbeddedHead:
             )
         if _reachable(address, timeout=0.5):
             # The GCS answers; give the raylet a moment to register the node.
-            return EmbeddedHead(address, proc.pid, str(temp_dir), str(log_path))
+            return EmbeddedHead(address, proc.pid, str(temp_dir), str(log_path), auth_mode)
         time.sleep(0.25)
     stop_session(proc.pid)
     raise UserError(f"embedded Ray head did not start within {HEAD_TIMEOUT_S:g} s; see {log_path}")

@@ -50,8 +50,6 @@ def register(subparsers: Any) -> None:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    import ray
-
     from coalloc.client import connect
     from runtime.config import GLOBAL_NAME
     from runtime.deploy import connect_ray, deploy, find_actor, teardown
@@ -70,9 +68,11 @@ def run_run(args: argparse.Namespace) -> int:
                 f"{args.address}: coalloc is already running there; use coalloc submit, "
                 "or coalloc down first"
             )
-    elif not ray.is_initialized():
+    elif not _ray_initialized():
         print("starting a private local Ray ...", flush=True)
         import logging
+
+        import ray
 
         ray.init(
             address="local",
@@ -129,7 +129,16 @@ def run_run(args: argparse.Namespace) -> int:
         if dep is not None:
             teardown(list(dep.actors))
         if started_ray:
+            import ray
+
             ray.shutdown()
+
+
+def _ray_initialized() -> bool:
+    import sys
+
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
 
 
 def _wait(client: Any, job_ids: list[str], timeout: float, show: bool) -> list[str]:

@@ -70,7 +70,7 @@ def run_up(args: argparse.Namespace) -> int:
         print("starting an embedded Ray head ...", flush=True)
         head = start_embedded_head(args.num_cpus)
         try:
-            address = connect_ray(head.address)
+            address = connect_ray(head.address, head.auth_mode)
         except BaseException:
             stop_session(head.pid)
             raise
@@ -93,6 +93,9 @@ def run_up(args: argparse.Namespace) -> int:
             phase_log=dep.phase_log,
             report_endpoint=dep.report_endpoint,
             started_at=time.time(),
+            extra=(
+                {"auth_mode": head.auth_mode, "connect_address": head.address} if head else {}
+            ),
         )
     )
     where = f"embedded Ray head (pid {head.pid})" if head else "existing Ray cluster"
