@@ -71,13 +71,13 @@ def bench_startup(home: str, nodes: int) -> tuple[float, float, str]:
 def bench_trivial_actors(count: int) -> float:
     import ray
 
-    @ray.remote(num_cpus=0)
     class Trivial:
         def ready(self) -> int:
             return os.getpid()
 
+    remote_cls: Any = ray.remote(num_cpus=0)(Trivial)
     t0 = time.monotonic()
-    actors = [Trivial.remote() for _ in range(count)]
+    actors = [remote_cls.remote() for _ in range(count)]
     ray.get([a.ready.remote() for a in actors])
     took = time.monotonic() - t0
     for a in actors:
@@ -98,11 +98,11 @@ def bench_controller_latency(samples: int, time_scale: float, cycle: float) -> l
     cfg = RuntimeConfig(time_scale=time_scale, cycle=cycle)
     base = TimeBase(time.time(), time_scale)
     log = Path(tempfile.mkdtemp(prefix="coalloc-bench-")) / "phase.jsonl"
-    actor = ray.remote(ControllerActor).options(num_cpus=0, max_concurrency=8).remote(
+    actor: Any = ray.remote(ControllerActor).options(num_cpus=0, max_concurrency=8).remote(
         cfg, base, {"a": 1e9, "b": 1e9}, str(log)
     )
     try:
-        ends = ray.get(actor.ready.remote())
+        ends: dict[str, Any] = ray.get(actor.ready.remote())
         # Overall window out of reach; asynchrony window 10 model s.
         ray.get(actor.register_job.remote("bench", "strict", 0.0, [(0, "a", 100.0),
                                                                    (1, "b", 100.0)], 1e12, 10.0))

@@ -313,7 +313,7 @@ def deploy(
     created: list[str] = []
     try:
         say("starting the controller")
-        controller = (
+        controller: Any = (
             ray.remote(ControllerActor)
             .options(
                 name=CONTROLLER_NAME, scheduling_strategy=pinned(here), max_concurrency=8,
@@ -322,13 +322,14 @@ def deploy(
             .remote(config, base, budgets, log)
         )
         created.append(CONTROLLER_NAME)
-        ctl = ray.get(controller.ready.remote(), timeout=READY_TIMEOUT_S)
+        ctl: dict[str, Any] = ray.get(controller.ready.remote(), timeout=READY_TIMEOUT_S)
         say(f"starting {len(placements)} local managers")
-        lms = []
+        lms: list[Any] = []
         for p in placements:
             name = local_manager_name(p.node.name)
+            lm_class: Any = ray.remote(LocalManagerActor)
             lms.append(
-                ray.remote(LocalManagerActor)
+                lm_class
                 .options(
                     name=name, scheduling_strategy=pinned(p.ray_node_id), max_concurrency=8,
                     **common,
@@ -339,7 +340,9 @@ def deploy(
                 )
             )
             created.append(name)
-        ready = ray.get([lm.ready.remote() for lm in lms], timeout=READY_TIMEOUT_S)
+        ready: list[dict[str, Any]] = ray.get(
+            [lm.ready.remote() for lm in lms], timeout=READY_TIMEOUT_S
+        )
         for p, r in zip(placements, ready):
             if r["ray_node_id"] != p.ray_node_id:  # pragma: no cover - Ray honours affinity
                 raise UserError(f"local manager of {p.node.name} is not on its Ray node")
@@ -352,7 +355,7 @@ def deploy(
             "epoch": base.epoch,
         }
         say("starting the global manager")
-        gm = (
+        gm: Any = (
             ray.remote(GlobalManagerActor)
             .options(
                 name=GLOBAL_NAME, scheduling_strategy=pinned(here), max_concurrency=16,

@@ -108,7 +108,7 @@ class _ProcessRun:
     )
 
     def __init__(self, executor: Any | None, start: float) -> None:
-        self.executor = executor  # None when the command could not be started
+        self.executor: Any = executor  # None when the command could not be started
         self.failure: str | None = None
         self.clock = VirtualClock(start)
         self.measured = 0.0  # Mcycles of model work measured so far
