@@ -182,14 +182,13 @@ class NodeRuntime:
         )
         self._kick = threading.Event()
         self._stop = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the loop's state, against status readers
         self._pending: dict[float, list[Subtask]] = {}
         self._records: dict[tuple[str, int], _Record] = {}
-        self._history: OrderedDict[tuple[str, int], _Record] = OrderedDict()
+        self._history: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._procs: dict[tuple[str, int], _ProcessRun] = {}
         self._last_grants: dict[tuple[str, int], float] = {}
         self._last_boundary: float | None = None
-        self._snapshot: dict[str, Any] = {}
         self.counters: dict[str, int] = {
             "cycles": 0,
             "late_cycles": 0,
@@ -220,7 +219,9 @@ class NodeRuntime:
         self._actions.put(("cancel", job_id, done))
         self._kick.set()
         if not self.running:
-            self._drain_actions(self._last_boundary or 0.0, immediate_only=False)
+            with self._lock:
+                self._drain_actions(self._last_boundary or 0.0, immediate_only=True)
+                self._retire_ended()
         return done.wait(timeout)
 
     def stop(self) -> None:
@@ -231,7 +232,19 @@ class NodeRuntime:
     def snapshot(self) -> dict[str, Any]:
         """The node's state as of the last boundary (plain JSON-able dict)."""
         with self._lock:
-            return dict(self._snapshot)
+            subtasks = [self._describe(rec) for rec in self._records.values()]
+            subtasks += list(self._history.values())
+            return {
+                "node": self.node.name,
+                "speed_mhz": self.node.speed_mhz,
+                "cores": self.node.cores,
+                "incarnation": self.incarnation,
+                "model_time": self._last_boundary,
+                "running": self.running,
+                "error": self.error,
+                "counters": dict(self.counters),
+                "subtasks": subtasks,
+            }
 
     # ----------------------------------------------------------------- the loop
     def run(self) -> None:
@@ -239,7 +252,6 @@ class NodeRuntime:
         self.running = True
         try:
             k = boundary_index(self.clock.now(), self.q) + 1
-            self._update_snapshot(k * self.q - self.q)
             while not self._stop.is_set():
                 b = k * self.q
                 self._wait_until(b)
@@ -261,23 +273,25 @@ class NodeRuntime:
             raise
         finally:
             self.running = False
-            self._close_all()
+            with self._lock:
+                self._close_all()
 
     def tick(self, b: float) -> CycleResult | None:
         """Everything that happens at boundary ``b`` (model s); see the module docstring."""
-        self._apply_commands()
-        usage = self._end_process_cycles()
-        result = None
-        if len(self.scheduler):
-            last = self._last_boundary
-            result = self.scheduler.step(b, b - last if last is not None else self.q)
-            self._account(result, usage, b)
-        self._last_boundary = b
-        self.counters["cycles"] += 1
-        self._drain_actions(b, immediate_only=False)
-        self._begin_process_cycles(b)
-        self._update_snapshot(b)
-        return result
+        with self._lock:
+            self._apply_commands()
+            usage = self._end_process_cycles()
+            result = None
+            if len(self.scheduler):
+                last = self._last_boundary
+                result = self.scheduler.step(b, b - last if last is not None else self.q)
+                self._account(result, usage, b)
+            self._last_boundary = b
+            self.counters["cycles"] += 1
+            self._drain_actions(b, immediate_only=False)
+            self._begin_process_cycles(b)
+            self._retire_ended()
+            return result
 
     # ----------------------------------------------------------------- internals
     def _wait_until(self, b: float) -> None:
@@ -296,7 +310,9 @@ class NodeRuntime:
                         wake = min(wake, run.next_at)
             if self._kick.is_set():
                 self._kick.clear()
-                self._drain_actions(b, immediate_only=True)
+                with self._lock:
+                    self._drain_actions(b, immediate_only=True)
+                    self._retire_ended()
             self._kick.wait(max(0.0, wake - self._monotonic()))
 
     def _apply_commands(self) -> None:
@@ -503,30 +519,15 @@ class NodeRuntime:
                 rec.state = SubtaskState.CANCELLED
         self._procs.clear()
 
-    def _update_snapshot(self, b: float) -> None:
+    def _retire_ended(self) -> None:
+        """Move subtasks that left the node to the bounded history (described once)."""
         for key, rec in list(self._records.items()):
             if rec.state in (SubtaskState.PENDING, SubtaskState.RUNNING):
                 continue
-            # Gone from the node: keep a bounded history for status.
             del self._records[key]
-            self._history[key] = rec
+            self._history[key] = self._describe(rec)
             while len(self._history) > HISTORY:
                 self._history.popitem(last=False)
-        subtasks = [self._describe(rec) for rec in self._records.values()]
-        subtasks += [self._describe(rec) for rec in self._history.values()]
-        snap = {
-            "node": self.node.name,
-            "speed_mhz": self.node.speed_mhz,
-            "cores": self.node.cores,
-            "incarnation": self.incarnation,
-            "model_time": b,
-            "running": self.running,
-            "error": self.error,
-            "counters": dict(self.counters),
-            "subtasks": subtasks,
-        }
-        with self._lock:
-            self._snapshot = snap
 
     def _describe(self, rec: _Record) -> dict[str, Any]:
         s = rec.subtask
