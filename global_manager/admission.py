@@ -22,7 +22,8 @@ from global_manager.registry import Registry
 class AdmissionPolicy(Protocol):
     """Decides how much strict expected rate a node may carry (Mcycles/s)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def budget(self, cpu_rate: float, qos_share: float) -> float: ...
 
@@ -109,7 +110,10 @@ class PlacementReply:
 
 
 class PlacementPolicy(Protocol):
-    name: str
+    """Orders the nodes a job's subtasks are tried on."""
+
+    @property
+    def name(self) -> str: ...
 
     def rank(
         self, nodes: tuple[NodeLoad, ...], checked: bool, rng: random.Random
