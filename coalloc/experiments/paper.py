@@ -509,7 +509,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "paper",
         help="the SQ paper's experiment: SQ vs strict admission over nodes x lambda",
-        description=(__doc__ or "").split("\n\n")[1],
+        description=(
+            "Simulate the SQ paper's experiment: for every node count x lambda, one generated "
+            "workload (seeded from --seed, the node count and lambda) run under every policy. "
+            "Writes results.csv, results.json, logs/*.jsonl, phase_difference.png and "
+            "acceptance.png into --out."
+        ),
     )
     parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_NODES)),
                         help="comma-separated node counts (default %(default)s)")
