@@ -28,6 +28,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from clocks.ntp_responder import NtpResponder
 from coalloc import cli
 from coallocator.messages import ProgressReport
 from coallocator.wire import FrameError, decode_report, encode_report
@@ -395,12 +396,20 @@ def test_down_then_one_shot_run_on_emulated_nodes(
     # The cluster itself is untouched.
     assert sum(1 for n in ray.nodes() if n["Alive"]) == 3
 
-    job = write_jobs(tmp_path / "one.json", [PARITY_JOBS[1]])
-    out_dir = tmp_path / "out"
-    code, out, err = run_cli(
-        capsys, "run", str(job), "--address", deployment.address, "--nodes", "350,500",
-        "--no-progress", "--out", str(out_dir), "--timeout", "120",
+    job = write_jobs(
+        tmp_path / "one.json",
+        [{"name": "two", "qos": "strict", "overall_deviation": 60, "asynchrony": 20,
+          "duration": 300,
+          "subtasks": [{"work": 45, "weight": 1}, {"work": 72, "weight": 1.6}]}],
     )
+    out_dir = tmp_path / "out"
+    # Every actor's real clock is disciplined by a loopback NTP server 0.25 s ahead.
+    with NtpResponder(offset_s=0.25).start() as ntp:
+        code, out, err = run_cli(
+            capsys, "run", str(job), "--address", deployment.address, "--nodes", "350,500",
+            "--no-progress", "--out", str(out_dir), "--timeout", "120",
+            "--ntp-server", ntp.address,
+        )
     assert code == 0, err
     assert "completed" in out
     summary = json.loads((out_dir / "summary.json").read_text())
@@ -408,5 +417,10 @@ def test_down_then_one_shot_run_on_emulated_nodes(
     st = json.loads((out_dir / "status.json").read_text())
     assert [n["speed_mhz"] for n in st["nodes"]] == [350.0, 500.0]
     assert all(n["emulated"] for n in st["nodes"])
-    assert (out_dir / "phase.jsonl").stat().st_size > 0
+    assert st["clock"]["quality"] == "synced"
+    assert st["clock"]["offset_s"] == pytest.approx(0.25, abs=0.05)
+    recs = [json.loads(x) for x in (out_dir / "phase.jsonl").read_text().splitlines()]
+    periods = [r for r in recs if r["type"] == "period"]
+    assert periods and all(p["clock_quality"] == "synced" for p in periods)
+    assert all(p["clock_offset"] == pytest.approx(0.25, abs=0.05) for p in periods)
     assert find_actor(GLOBAL_NAME) is None  # run removed what it started
