@@ -504,6 +504,17 @@ def load_jobs(path: str | Path) -> list[JobSpec]:
     field and the reason for every problem: missing file, unparsable text (with its line),
     empty file, and every invalid field.
     """
+    data = read_document(path, "a job (a mapping) or a list of jobs")
+    return parse_document(data, str(path))
+
+
+def read_document(path: str | Path, expected: str) -> Any:
+    """Parse a YAML or JSON file (chosen by its suffix) into plain data.
+
+    Strict: a key given twice in one mapping, or JSON's NaN/Infinity, is an error.
+    ``expected`` says what the file should hold, for the empty-file message. Raises
+    :class:`SpecError` naming the file, the place (line, column) and the reason.
+    """
     p = Path(path)
     src = str(path)
     suffix = p.suffix.lower()
@@ -516,12 +527,11 @@ def load_jobs(path: str | Path) -> list[JobSpec]:
     except FileNotFoundError:
         raise SpecError(src, "", "no such file") from None
     except IsADirectoryError:
-        raise SpecError(src, "", "is a directory, not a job file") from None
+        raise SpecError(src, "", "is a directory, not a file") from None
     except UnicodeDecodeError as exc:
         raise SpecError(src, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise SpecError(src, "", f"cannot read: {exc.strerror or exc}") from None
     if not text.strip():
-        raise SpecError(src, "", "empty file: expected a job (a mapping) or a list of jobs")
-    data = _yaml_load(text, src) if suffix in _YAML_SUFFIXES else _json_load(text, src)
-    return parse_document(data, src)
+        raise SpecError(src, "", f"empty file: expected {expected}")
+    return _yaml_load(text, src) if suffix in _YAML_SUFFIXES else _json_load(text, src)

@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from coalloc.errors import UserError
@@ -211,39 +210,9 @@ def parse_problem(data: object, source: str, policy_override: str | None = None)
 
 def load_problem(path: str, policy_override: str | None = None) -> Problem:
     """Read and check a problem file (.yaml, .yml or .json)."""
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix not in (".yaml", ".yml", ".json"):
-        raise _fail(path, "", f"unknown file type {p.suffix or '(none)'!r}; "
-                              "use .yaml, .yml or .json")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _fail(path, "", "no such file") from None
-    except IsADirectoryError:
-        raise _fail(path, "", "is a directory") from None
-    except UnicodeDecodeError as exc:
-        raise _fail(path, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise _fail(path, "", f"cannot read: {exc.strerror or exc}") from None
-    if not text.strip():
-        raise _fail(path, "", "empty file: expected capacity and users")
-    if suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise _fail(path, f"line {exc.lineno}, column {exc.colno}",
-                        f"not valid JSON: {exc.msg}") from None
-    else:
-        import yaml
+    from workloads.spec import read_document
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise _fail(path, where, f"not valid YAML: {problem}") from None
+    data = read_document(path, "capacity and users")
     return parse_problem(data, path, policy_override)
 
 
