@@ -169,10 +169,11 @@ def simulate(
     try:
         while True:
             now = clock.now()
+            admitted_before = next_job
             while next_job < len(jobs) and jobs[next_job].arrival <= now:
                 active += _admit(jobs[next_job], now, gm, schedulers, ctl, results)
                 next_job += 1
-            if progress is not None and jobs and next_job % 64 == 0:
+            if progress is not None and next_job // 64 > admitted_before // 64:
                 progress(next_job / len(jobs))
             if active == 0:
                 if next_job >= len(jobs):

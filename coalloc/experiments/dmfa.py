@@ -30,11 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from coalloc.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_USERS = (20, 100, 500)
 DEFAULT_RUNS = 200
@@ -88,6 +89,7 @@ class Row:
 def google_like_demands(rng: np.random.Generator, n: int) -> np.ndarray:
     """``n`` per-task ``<cpu, memory>`` demands, fractions of the pool in
     ``[DEMAND_FLOOR, 1]``, from the correlated log-normal described at the top."""
+    import numpy as np  # lazily: `coalloc --help` need not load numpy
     sd = np.array([CPU_LOG_SD, MEMORY_LOG_SD])
     cov = np.outer(sd, sd) * np.array([[1.0, LOG_CORRELATION], [LOG_CORRELATION, 1.0]])
     mean = np.log([CPU_MEDIAN, MEMORY_MEDIAN])
@@ -107,6 +109,7 @@ def make_instance(
     """The demands (``users x 2``, arrival order) and shares of one run; seeded by
     ``(seed, users, run)``. With ``trace`` (rows of ``<cpu, memory>``), users are drawn
     from its rows without replacement."""
+    import numpy as np  # lazily: `coalloc --help` need not load numpy
     rng = np.random.default_rng([seed, users, run])
     if trace is None:
         demands = google_like_demands(rng, users)
@@ -119,6 +122,7 @@ def load_trace(path: Path) -> np.ndarray:
     """Read ``<cpu, memory>`` rows from a CSV with a header naming ``cpu`` and ``memory``
     (other columns are ignored). Values: per-task requests as fractions of the pool, in
     ``[0, 1]``, not both zero. Raises :class:`UserError` naming file, line and field."""
+    import numpy as np  # lazily: `coalloc --help` need not load numpy
     try:
         handle = path.open(newline="", encoding="utf-8")
     except OSError as exc:
@@ -186,6 +190,7 @@ def evaluate(users: int, run: int, demands: np.ndarray, shares: np.ndarray) -> l
 
 def summarise(rows: Sequence[Row]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
     """``{users: {algorithm: {figure: {"mean", "std", "min", "max"}}}}`` (population std)."""
+    import numpy as np  # lazily: `coalloc --help` need not load numpy
     out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     for row in rows:
         out.setdefault(str(row.users), {}).setdefault(row.algorithm, {})
@@ -218,6 +223,7 @@ def plot(path: Path, summary: dict[str, Any], users: Sequence[int], runs: int) -
     """Four panels, DMFA-SRQ vs static weighted DRF, bars at the mean with one-standard-
     deviation error bars, grouped by number of users."""
     import matplotlib
+    import numpy as np  # lazily: `coalloc --help` need not load numpy
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
