@@ -297,7 +297,8 @@ _LABELS = {
 def plot_phase_difference(path: Path, rows: Sequence[Row], lams: Sequence[float],
                           policies: Sequence[str]) -> None:
     """Mean phase difference (s) against node count at the smallest and the largest
-    lambda (one panel if only one is given), one line per policy (the paper's Figs. 3, 4)."""
+    lambda (one panel if only one is given), one line per policy (the paper's Figs. 3, 4).
+    Each point is labelled with its population (``phase_jobs``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -309,43 +310,54 @@ def plot_phase_difference(path: Path, rows: Sequence[Row], lams: Sequence[float]
     for ax, lam in zip(axes[0], panels):
         for policy in policies:
             xs, ys = _series(rows, lam, policy, "mean_phase_difference")
-            ax.plot(xs, ys, marker="o", label=_LABELS.get(policy, policy))
-        load = "overload" if lam == min(lams) and len(panels) > 1 else (
-            "light load" if len(panels) > 1 else "")
-        ax.set_title(f"λ = {_lam_text(lam)} s" + (f" ({load})" if load else ""))
+            _, ns = _series(rows, lam, policy, "phase_jobs")
+            (line,) = ax.plot(xs, ys, marker="o", label=_LABELS.get(policy, policy))
+            for x, y, n in zip(xs, ys, ns):
+                ax.annotate(f"n={n:.0f}", (x, y), textcoords="offset points", xytext=(4, 4),
+                            fontsize=7, color=line.get_color())
+        # The paper's names for its two loads; whether they are loads here is in the table.
+        load = {min(lams): "the paper's overload", max(lams): "the paper's light load"}
+        ax.set_title(f"λ = {_lam_text(lam)} s" + (f" ({load[lam]})" if len(panels) > 1 else ""))
         ax.set_xlabel("number of nodes")
         ax.set_ylabel("mean phase difference (s)")
         ax.set_xticks(sorted({r.nodes for r in rows}))
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("Mean phase difference of completed strict jobs (≥ 2 subtasks)")
+    fig.suptitle("Mean phase difference of completed strict jobs with ≥ 2 subtasks "
+                 "(n = jobs averaged)")
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def plot_acceptance(path: Path, rows: Sequence[Row], lams: Sequence[float],
                     policies: Sequence[str]) -> None:
-    """Acceptance ratio of strict jobs against node count, one panel per lambda."""
+    """Acceptance ratio of strict jobs against node count, one panel per lambda (two per
+    row beyond two lambdas)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(lams), figsize=(4.0 * len(lams), 3.8),
+    ncols = len(lams) if len(lams) <= 2 else 2
+    nrows = math.ceil(len(lams) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.6 * nrows),
                              constrained_layout=True, squeeze=False, sharey=True)
-    for ax, lam in zip(axes[0], lams):
+    flat = list(axes.flat)
+    for ax, lam in zip(flat, lams):
         for policy in policies:
             xs, ys = _series(rows, lam, policy, "acceptance_ratio")
             ax.plot(xs, ys, marker="o", label=_LABELS.get(policy, policy))
         ax.set_title(f"λ = {_lam_text(lam)} s")
         ax.set_xlabel("number of nodes")
+        ax.set_ylabel("acceptance ratio")
         ax.set_xticks(sorted({r.nodes for r in rows}))
         ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("acceptance ratio (admitted / submitted strict jobs)")
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle("Admission of strict jobs")
+    for ax in flat[len(lams):]:
+        ax.set_visible(False)
+    flat[0].legend(fontsize=8)
+    fig.suptitle("Admission of strict jobs (admitted / submitted)")
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
