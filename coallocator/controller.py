@@ -44,6 +44,9 @@ class Window(str, Enum):
     OVERALL_BEHIND = "overall_behind"
     OVERALL_AHEAD = "overall_ahead"
     ASYNCHRONY = "asynchrony"
+    #: The job is behind but none of its subtasks could be sped up (no virtual weight to
+    #: take back, no slack): the asynchrony window's slow-downs were applied instead.
+    OVERALL_BEHIND_ASYNCHRONY = "overall_behind+asynchrony"
 
 
 class OverallFactor(str, Enum):
@@ -87,6 +90,10 @@ class ControllerConfig:
     asynchrony_targets: AsynchronyTargets = AsynchronyTargets.ALL
     overall_factor: OverallFactor = OverallFactor.PER_SUBTASK
     ahead: AheadPolicy = AheadPolicy.SLOW
+    #: When the overall window finds the job behind but no weight can be found to speed
+    #: any subtask up, test the asynchrony window in the same period (and apply its
+    #: slow-downs) instead of letting a window that cannot act block the other.
+    starved_asynchrony: bool = True
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.gain) or self.gain <= 0:
@@ -210,11 +217,28 @@ def _control_job(
     else:
         return JobDecision(job.job_id, mean_v, phi, Window.NONE, ())
 
-    changes = []
-    for s, f in zip(subs, factors):
-        if f == 0.0:
-            continue
-        changes.append(_apply(s, f, cfg, slack))
+    trial = dict(slack)
+    changes = [_apply(s, f, cfg, trial) for s, f in zip(subs, factors) if f != 0.0]
+    sped_up = any(
+        ch.factor > 0 and ch.weight > s.weight
+        for s, ch in zip((s for s, f in zip(subs, factors) if f != 0.0), changes)
+    )
+    if (
+        window is Window.OVERALL_BEHIND
+        and cfg.starved_asynchrony
+        and phi > job.asynchrony
+        and not sped_up
+    ):
+        # No subtask could be sped up: instead of a correction that cannot act, pull the
+        # subtasks ahead of the mean back, as the asynchrony window would.
+        window = Window.OVERALL_BEHIND_ASYNCHRONY
+        changes = [
+            _apply(s, (mean_v - s.virtual_time) * s.admitted_weight * k, cfg, slack)
+            for s in subs
+            if s.virtual_time > mean_v
+        ]
+    else:
+        slack.update(trial)
     return JobDecision(job.job_id, mean_v, phi, window, tuple(changes))
 
 

@@ -37,6 +37,8 @@ _WINDOW_STYLE = {
     "asynchrony": ("tab:red", "v", "asynchrony window fired"),
     "overall_behind": ("tab:orange", "^", "overall window fired (job behind)"),
     "overall_ahead": ("tab:purple", "s", "overall window fired (job ahead)"),
+    "overall_behind+asynchrony": (
+        "tab:brown", "D", "job behind, nothing to speed up: asynchrony slow-downs"),
 }
 
 

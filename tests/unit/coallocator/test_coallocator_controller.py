@@ -101,6 +101,30 @@ def test_overall_window_behind_steers_each_subtask_by_its_own_lag_and_takes_prec
     assert [c.from_slack for c in d.changes] == pytest.approx([150.0, 200.0])
 
 
+def test_overall_window_behind_with_no_weight_to_give_falls_through_to_asynchrony() -> None:
+    # T_R = 1300, job behind, Asyn = 300 > A_t = 150; no slack and no virtual weight, so
+    # no subtask can be sped up. The asynchrony slow-downs apply instead: only subtask 2
+    # is ahead of the mean, SF_d = (1300 - 1133.33) * 25 / 100 = 41.67 moved to virtual.
+    (d,) = run(1300.0, job()).decisions
+    assert d.window is Window.OVERALL_BEHIND_ASYNCHRONY
+    assert [c.index for c in d.changes] == [2]
+    assert d.changes[0].factor == pytest.approx(-(1300.0 - MEAN) * 25.0 / 100.0)
+    assert d.changes[0].weight == pytest.approx(25.0 * 0.01)  # floor: 41.67 > 25 - 0.25
+    assert d.changes[0].virtual_weight == pytest.approx(25.0 - 0.25)
+    # Turned off, the window that cannot act stays in charge and nothing moves.
+    off = ControllerConfig(starved_asynchrony=False)
+    (d,) = run(1300.0, job(), config=off).decisions
+    assert d.window is Window.OVERALL_BEHIND
+    assert all(c.weight == pytest.approx(r) for c, r in zip(d.changes, R))
+
+
+def test_overall_window_behind_that_can_speed_something_up_keeps_precedence() -> None:
+    # Slack on n0 only: subtask 0 can be sped up, so the overall correction stands.
+    (d,) = run(1300.0, job(), slack={"n0": 10.0}).decisions
+    assert d.window is Window.OVERALL_BEHIND
+    assert d.changes[0].from_slack == pytest.approx(10.0)
+
+
 def test_overall_window_behind_uniform_moves_every_subtask_by_the_jobs_lag() -> None:
     slack = {"n0": 1000.0, "n1": 1000.0, "n2": 1000.0}
     (d,) = run(1300.0, job(), slack=slack, config=UNIFORM).decisions
