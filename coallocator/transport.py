@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 import zmq
 
@@ -79,6 +79,13 @@ def _check_positive(name: str, value: int, low: int = 1) -> int:
     return value
 
 
+def _check_endpoint(endpoint: str) -> str:
+    if not isinstance(endpoint, str) or "://" not in endpoint:
+        raise ValueError(f"endpoint: must be a ZeroMQ endpoint such as tcp://host:port, "
+                         f"got {endpoint!r}")
+    return endpoint
+
+
 def _tcp_endpoint(host: str, port: int) -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
@@ -100,6 +107,64 @@ def _bind(sock: zmq.Socket[Any], host: str, port: int | None) -> int:
         where = f"{base}:{port}" if port is not None else f"{base} (ephemeral port)"
         raise OSError(exc.errno, f"cannot bind {where}: {exc.strerror}") from exc
     return port
+
+
+_T = TypeVar("_T")
+
+
+def _open_socket(
+    context: zmq.Context[Any] | None,
+    kind: int,
+    options: Sequence[tuple[int, int | bytes]],
+    attach: Callable[[zmq.Socket[Any]], _T],
+) -> tuple[zmq.Socket[Any], _T]:
+    """A new socket of ``kind`` (context None: the process's shared one) with ``LINGER``
+    0, then ``options`` set in order, then ``attach(socket)`` (bind or connect); returns
+    the socket and what ``attach`` returned (e.g. :func:`_bind`'s port). If any step
+    fails the socket is closed and the error raised."""
+    ctx = context if context is not None else zmq.Context.instance()
+    sock: zmq.Socket[Any] = ctx.socket(kind)
+    try:
+        sock.setsockopt(zmq.LINGER, 0)
+        for option, value in options:
+            sock.setsockopt(option, value)
+        return sock, attach(sock)
+    except Exception:
+        sock.close(linger=0)
+        raise
+
+
+def _connect(sock: zmq.Socket[Any], endpoint: str) -> None:
+    if endpoint.startswith("tcp://["):
+        sock.setsockopt(zmq.IPV6, 1)
+    sock.connect(endpoint)
+
+
+_S = TypeVar("_S", bound="_SocketOwner")
+
+
+class _SocketOwner:
+    """Owns one ZeroMQ socket: ``close()`` is idempotent (the socket closes with LINGER
+    0), and the owner is a context manager that closes it on exit."""
+
+    _sock: zmq.Socket[Any]
+    _closed: bool
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._sock.close(linger=0)
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 class ReportDeduplicator:
@@ -170,12 +235,19 @@ class ReportDeduplicator:
             del self._streams[key]
 
 
-class _Counted:
-    """Common counters of the two receivers: a plain dict snapshot for ``status``."""
+class _Receiver(_SocketOwner):
+    """What the two receivers share: the ``received``/``accepted``/``dropped`` counters
+    (a plain dict snapshot for ``status``) and the start of a ``poll``."""
 
     _received: int
     _accepted: int
     _dropped: dict[DropReason, int]
+    _rcvtimeo: int  # the socket's RCVTIMEO, ms (-1: ZeroMQ's default, none)
+
+    def _init_counters(self) -> None:
+        self._received = 0
+        self._accepted = 0
+        self._dropped = {reason: 0 for reason in DropReason}
 
     def _count_drop(self, reason: DropReason) -> None:
         self._dropped[reason] += 1
@@ -189,23 +261,22 @@ class _Counted:
             "dropped": dropped,
         }
 
-
-class _Waiting(Protocol):
-    _sock: zmq.Socket[Any]
-    _rcvtimeo: int
-
-
-def _wait_flags(owner: _Waiting, timeout_ms: int) -> int:
-    """Receive flags for the first message of a poll: NOBLOCK for a zero timeout, else
-    a blocking receive bounded by RCVTIMEO (set only when the timeout changes). A
-    blocking receive waits inside libzmq, as a zmq.Poller would, without the Poller's
-    Python overhead on every call."""
-    if timeout_ms == 0:
-        return int(zmq.NOBLOCK)
-    if owner._rcvtimeo != timeout_ms:
-        owner._sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
-        owner._rcvtimeo = timeout_ms
-    return 0
+    def _first_flags(self, timeout_s: float, max_messages: int) -> int:
+        """Check ``poll``'s arguments (ValueError) and that the receiver is open
+        (RuntimeError); returns the receive flags for the first message of the poll:
+        NOBLOCK for a zero timeout, else a blocking receive bounded by RCVTIMEO (set only
+        when the timeout changes). A blocking receive waits inside libzmq, as a
+        zmq.Poller would, without the Poller's Python overhead on every call."""
+        timeout_ms = _timeout_ms(timeout_s)
+        _check_positive("max_messages", max_messages)
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__}: poll after close")
+        if timeout_ms == 0:
+            return int(zmq.NOBLOCK)
+        if self._rcvtimeo != timeout_ms:
+            self._sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+            self._rcvtimeo = timeout_ms
+        return 0
 
 
 def _drain_rest(sock: zmq.Socket[Any]) -> int:
@@ -218,7 +289,7 @@ def _drain_rest(sock: zmq.Socket[Any]) -> int:
     return parts
 
 
-class ReportReceiver(_Counted):
+class ReportReceiver(_Receiver):
     """The controller's end of the report channel: a bound PULL socket.
 
     ``host``/``port``: where to bind (port None: an ephemeral port); ``endpoint`` is then
@@ -252,25 +323,17 @@ class ReportReceiver(_Counted):
         _check_positive("max_msg_bytes", cap, limits.max_frame_bytes)
         self.limits = limits
         self.dedupe = ReportDeduplicator(dedupe_window, max_streams)
-        self._received = 0
-        self._accepted = 0
+        self._init_counters()
         self._duplicates = 0
         self._stale = 0
-        self._dropped = {reason: 0 for reason in DropReason}
         self._internal_errors = 0
-        ctx = context if context is not None else zmq.Context.instance()
-        self._sock: zmq.Socket[Any] = ctx.socket(zmq.PULL)
-        try:
-            self._sock.setsockopt(zmq.LINGER, 0)
-            self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
-            self._sock.setsockopt(zmq.MAXMSGSIZE, cap)
-            self.port = _bind(self._sock, host, port)
-        except Exception:
-            self._sock.close(linger=0)
-            raise
+        self._sock, self.port = _open_socket(
+            context, zmq.PULL, ((zmq.RCVHWM, rcvhwm), (zmq.MAXMSGSIZE, cap)),
+            lambda sock: _bind(sock, host, port),
+        )
         self.host = host
         self.endpoint = _tcp_endpoint(host, self.port)
-        self._rcvtimeo = -1  # the socket's RCVTIMEO, ms (-1: ZeroMQ's default, none)
+        self._rcvtimeo = -1
         self._closed = False
 
     @property
@@ -287,12 +350,9 @@ class ReportReceiver(_Counted):
         Returns the valid, new reports in arrival order; everything else is counted.
         Never raises on bad input; raises ValueError on bad arguments and RuntimeError
         once closed."""
-        timeout_ms = _timeout_ms(timeout_s)
-        _check_positive("max_messages", max_messages)
-        if self._closed:
-            raise RuntimeError("ReportReceiver: poll after close")
+        flags = self._first_flags(timeout_s, max_messages)
         out: list[ProgressReport] = []
-        self._drain(out, max_messages, _wait_flags(self, timeout_ms))
+        self._drain(out, max_messages, flags)
         return out
 
     def _drain(self, out: list[ProgressReport], max_messages: int, flags: int) -> int:
@@ -359,24 +419,8 @@ class ReportReceiver(_Counted):
         snap["streams"] = len(self.dedupe)
         return snap
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._sock.close(linger=0)
 
-    def __enter__(self) -> ReportReceiver:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class ReportSender:
+class ReportSender(_SocketOwner):
     """A local manager's end of the report channel: a PUSH socket connected to the
     controller's ``endpoint``.
 
@@ -397,26 +441,16 @@ class ReportSender:
         limits: WireLimits = DEFAULT_LIMITS,
         context: zmq.Context[Any] | None = None,
     ) -> None:
-        if not isinstance(endpoint, str) or "://" not in endpoint:
-            raise ValueError(f"endpoint: must be a ZeroMQ endpoint such as tcp://host:port, "
-                             f"got {endpoint!r}")
+        _check_endpoint(endpoint)
         _check_positive("sndhwm", sndhwm)
         self.endpoint = endpoint
         self.limits = limits
         self._sent = 0
         self._dropped = 0
-        ctx = context if context is not None else zmq.Context.instance()
-        self._sock: zmq.Socket[Any] = ctx.socket(zmq.PUSH)
-        try:
-            self._sock.setsockopt(zmq.LINGER, 0)
-            self._sock.setsockopt(zmq.SNDHWM, sndhwm)
-            self._sock.setsockopt(zmq.IMMEDIATE, 1 if immediate else 0)
-            if endpoint.startswith("tcp://["):
-                self._sock.setsockopt(zmq.IPV6, 1)
-            self._sock.connect(endpoint)
-        except Exception:
-            self._sock.close(linger=0)
-            raise
+        self._sock, _ = _open_socket(
+            context, zmq.PUSH, ((zmq.SNDHWM, sndhwm), (zmq.IMMEDIATE, 1 if immediate else 0)),
+            lambda sock: _connect(sock, endpoint),
+        )
         self._closed = False
 
     def send(self, report: ProgressReport) -> bool:
@@ -438,22 +472,6 @@ class ReportSender:
         """Snapshot: ``sent`` (taken by ZeroMQ) and ``dropped`` (queue full or no peer)."""
         return {"sent": self._sent, "dropped": self._dropped}
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._sock.close(linger=0)
-
-    def __enter__(self) -> ReportSender:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 def _routing_id(node: str) -> bytes:
     """A node name as a ZeroMQ routing id: 1..255 bytes, not starting with a zero byte
@@ -468,7 +486,7 @@ def _routing_id(node: str) -> bytes:
     return rid
 
 
-class CommandPublisher:
+class CommandPublisher(_SocketOwner):
     """The controller's end of the command channel: a bound ROUTER socket.
 
     :meth:`publish` addresses a :class:`ReweightCommand` to the DEALER whose routing id
@@ -491,19 +509,16 @@ class CommandPublisher:
         self._sent = 0
         self._dropped = 0
         self._unroutable = 0
-        ctx = context if context is not None else zmq.Context.instance()
-        self._sock: zmq.Socket[Any] = ctx.socket(zmq.ROUTER)
-        try:
-            self._sock.setsockopt(zmq.LINGER, 0)
-            self._sock.setsockopt(zmq.SNDHWM, sndhwm)
-            self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-            self._sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        options = (
+            (zmq.SNDHWM, sndhwm),
+            (zmq.ROUTER_MANDATORY, 1),
+            (zmq.ROUTER_HANDOVER, 1),
             # nothing is ever read from the local managers on this socket
-            self._sock.setsockopt(zmq.MAXMSGSIZE, 1024)
-            self.port = _bind(self._sock, host, port)
-        except Exception:
-            self._sock.close(linger=0)
-            raise
+            (zmq.MAXMSGSIZE, 1024),
+        )
+        self._sock, self.port = _open_socket(
+            context, zmq.ROUTER, options, lambda sock: _bind(sock, host, port)
+        )
         self.host = host
         self.endpoint = _tcp_endpoint(host, self.port)
         self._closed = False
@@ -540,24 +555,8 @@ class CommandPublisher:
         connected)."""
         return {"sent": self._sent, "dropped": self._dropped, "unroutable": self._unroutable}
 
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._sock.close(linger=0)
 
-    def __enter__(self) -> CommandPublisher:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class CommandSubscriber(_Counted):
+class CommandSubscriber(_Receiver):
     """A local manager's end of the command channel: a DEALER connected to the
     controller's command ``endpoint`` with routing id ``node``.
 
@@ -577,30 +576,21 @@ class CommandSubscriber(_Counted):
         limits: WireLimits = DEFAULT_LIMITS,
         context: zmq.Context[Any] | None = None,
     ) -> None:
-        if not isinstance(endpoint, str) or "://" not in endpoint:
-            raise ValueError(f"endpoint: must be a ZeroMQ endpoint such as tcp://host:port, "
-                             f"got {endpoint!r}")
+        _check_endpoint(endpoint)
         rid = _routing_id(node)
         _check_positive("rcvhwm", rcvhwm, 0)
         self.endpoint = endpoint
         self.node = node
         self.limits = limits
-        self._received = 0
-        self._accepted = 0
-        self._dropped = {reason: 0 for reason in DropReason}
-        ctx = context if context is not None else zmq.Context.instance()
-        self._sock: zmq.Socket[Any] = ctx.socket(zmq.DEALER)
-        try:
-            self._sock.setsockopt(zmq.LINGER, 0)
-            self._sock.setsockopt(zmq.ROUTING_ID, rid)
-            self._sock.setsockopt(zmq.RCVHWM, rcvhwm)
-            self._sock.setsockopt(zmq.MAXMSGSIZE, 16 * limits.max_frame_bytes)
-            if endpoint.startswith("tcp://["):
-                self._sock.setsockopt(zmq.IPV6, 1)
-            self._sock.connect(endpoint)
-        except Exception:
-            self._sock.close(linger=0)
-            raise
+        self._init_counters()
+        options = (
+            (zmq.ROUTING_ID, rid),
+            (zmq.RCVHWM, rcvhwm),
+            (zmq.MAXMSGSIZE, 16 * limits.max_frame_bytes),
+        )
+        self._sock, _ = _open_socket(
+            context, zmq.DEALER, options, lambda sock: _connect(sock, endpoint)
+        )
         self._rcvtimeo = -1
         self._closed = False
 
@@ -609,12 +599,9 @@ class CommandSubscriber(_Counted):
     ) -> list[ReweightCommand]:
         """Take the commands that have arrived (at most ``max_messages``); if there were
         none, wait up to ``timeout_s`` seconds for one. Never raises on bad input."""
-        timeout_ms = _timeout_ms(timeout_s)
-        _check_positive("max_messages", max_messages)
-        if self._closed:
-            raise RuntimeError("CommandSubscriber: poll after close")
+        flags = self._first_flags(timeout_s, max_messages)
         out: list[ReweightCommand] = []
-        self._drain(out, max_messages, _wait_flags(self, timeout_ms))
+        self._drain(out, max_messages, flags)
         return out
 
     def _drain(self, out: list[ReweightCommand], max_messages: int, flags: int) -> int:
@@ -654,19 +641,3 @@ class CommandSubscriber(_Counted):
         """Snapshot: ``received`` = ``accepted`` + ``dropped_total``; ``dropped`` by
         reason."""
         return self._base_counters()
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._sock.close(linger=0)
-
-    def __enter__(self) -> CommandSubscriber:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
