@@ -41,7 +41,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
@@ -366,16 +366,24 @@ def _slots_match(cls: type, names: tuple[str, ...]) -> bool:
     )
 
 
-def _report_setters() -> tuple[Callable[[Any, Any], None], ...]:
-    return tuple(getattr(ProgressReport, name).__set__ for name, _ in _REPORT_FIELDS)
+_R = TypeVar("_R")
 
 
-def _command_setters() -> tuple[Callable[[Any, Any], None], ...]:
-    return tuple(getattr(ReweightCommand, name).__set__ for name, _ in _COMMAND_FIELDS)
+def _setters(
+    cls: type, fields: tuple[tuple[str, _FieldCheck], ...]
+) -> tuple[Callable[[Any, Any], None], ...]:
+    return tuple(getattr(cls, name).__set__ for name, _ in fields)
 
 
-_RS = _report_setters()
-_CS = _command_setters()
+def _builder(
+    cls: type[_R], fields: tuple[tuple[str, _FieldCheck], ...], fast: Callable[..., _R]
+) -> Callable[..., _R]:
+    """``fast`` while ``cls`` has exactly the slots ``fields`` names, else ``cls``."""
+    return fast if _slots_match(cls, tuple(name for name, _ in fields)) else cls
+
+
+_RS = _setters(ProgressReport, _REPORT_FIELDS)
+_CS = _setters(ReweightCommand, _COMMAND_FIELDS)
 
 
 def _fast_report(
@@ -417,16 +425,8 @@ def _fast_command(
     return c
 
 
-_build_report: Callable[..., ProgressReport] = (
-    _fast_report
-    if _slots_match(ProgressReport, tuple(name for name, _ in _REPORT_FIELDS))
-    else ProgressReport
-)
-_build_command: Callable[..., ReweightCommand] = (
-    _fast_command
-    if _slots_match(ReweightCommand, tuple(name for name, _ in _COMMAND_FIELDS))
-    else ReweightCommand
-)
+_build_report = _builder(ProgressReport, _REPORT_FIELDS, _fast_report)
+_build_command = _builder(ReweightCommand, _COMMAND_FIELDS, _fast_command)
 
 
 def decode_report(frame: Any, limits: WireLimits = DEFAULT_LIMITS) -> ProgressReport:
