@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from coalloc.errors import UserError
+from coalloc.flags import seconds_flag
 
 # Fields each record type must carry, and whether they may be null.
 _PERIOD_FIELDS: tuple[tuple[str, bool], ...] = (
@@ -220,15 +221,7 @@ def _iter_ids(ids: Sequence[str], limit: int = 8) -> Iterator[str]:
 
 def _window(flag: str, text: str | None) -> float | None:
     """A window width from the command line: seconds, finite and > 0."""
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise UserError(f"{flag}: {text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise UserError(f"{flag}: must be a finite number of seconds > 0, got {text}")
-    return value
+    return None if text is None else seconds_flag(flag, text)
 
 
 def plot_handler(args: argparse.Namespace) -> int:

@@ -28,9 +28,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from coalloc.errors import UserError
+from coalloc.flags import int_flag, seconds_flag
 
 DEFAULT_NODES = (3, 6, 9, 12)
 DEFAULT_LAMBDAS = (10.0, 100.0, 200.0, 500.0)
@@ -389,36 +390,28 @@ def _num(value: float | None, width: int, digits: int) -> str:
 # -- command line --------------------------------------------------------------------------
 
 
-def _int_list(flag: str, text: str) -> list[int]:
+_V = TypeVar("_V")
+
+
+def _list_flag(flag: str, text: str, parse: Callable[[str], _V], item: str = "value") -> list[_V]:
+    """The comma-separated values of ``flag``, each parsed by ``parse``: at least one, and
+    none given twice."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts:
-        raise UserError(f"{flag}: must name at least one value")
-    values = []
-    for p in parts:
-        try:
-            v = int(p)
-        except ValueError:
-            raise UserError(f"{flag}: {p!r} is not an integer (expected e.g. 3,6,9,12)") from None
-        if v < 1:
-            raise UserError(f"{flag}: must be >= 1, got {v}")
-        values.append(v)
-    return _unique(flag, values)
+        raise UserError(f"{flag}: must name at least one {item}")
+    return _unique(flag, [parse(p) for p in parts])
+
+
+def _int_list(flag: str, text: str) -> list[int]:
+    return _list_flag(
+        flag, text, lambda p: int_flag(flag, p, 1, "an integer (expected e.g. 3,6,9,12)")
+    )
 
 
 def _float_list(flag: str, text: str) -> list[float]:
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts:
-        raise UserError(f"{flag}: must name at least one value")
-    values = []
-    for p in parts:
-        try:
-            v = float(p)
-        except ValueError:
-            raise UserError(f"{flag}: {p!r} is not a number (expected e.g. 10,500)") from None
-        if not math.isfinite(v) or v <= 0:
-            raise UserError(f"{flag}: must be a finite number of seconds > 0, got {p}")
-        values.append(v)
-    return _unique(flag, values)
+    return _list_flag(
+        flag, text, lambda p: seconds_flag(flag, p, "a number (expected e.g. 10,500)")
+    )
 
 
 def _unique(flag: str, values: list[Any]) -> list[Any]:
@@ -435,36 +428,16 @@ def _policy_list(text: str) -> list[str]:
 
     from global_manager.policies import policies
 
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise UserError("--policies: must name at least one policy")
     known = policies.names()
-    for name in names:
+
+    def check(name: str) -> str:
         if name not in policies:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean '{close[0]}'?" if close else "known: " + ", ".join(known)
             raise UserError(f"--policies: unknown policy {name!r}; {hint}")
-    return _unique("--policies", names)
+        return name
 
-
-def _int_flag(flag: str, text: str, low: int | None) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UserError(f"{flag}: {text!r} is not an integer") from None
-    if low is not None and value < low:
-        raise UserError(f"{flag}: must be >= {low}, got {value}")
-    return value
-
-
-def _seconds_flag(flag: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise UserError(f"{flag}: {text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise UserError(f"{flag}: must be a finite number of seconds > 0, got {text}")
-    return value
+    return _list_flag("--policies", text, check, "policy")
 
 
 def handler(args: argparse.Namespace) -> int:
@@ -473,12 +446,12 @@ def handler(args: argparse.Namespace) -> int:
     nodes = _int_list("--nodes", args.nodes)
     lams = _float_list("--lam", args.lam)
     policy_names = _policy_list(args.policies)
-    jobs = None if args.jobs is None else _int_flag("--jobs", args.jobs, 1)
-    seed = _int_flag("--seed", args.seed, None)
-    workers = (os.cpu_count() or 1) if args.workers is None else _int_flag(
+    jobs = None if args.jobs is None else int_flag("--jobs", args.jobs, 1)
+    seed = int_flag("--seed", args.seed, None)
+    workers = (os.cpu_count() or 1) if args.workers is None else int_flag(
         "--workers", args.workers, 1)
-    cycle = _seconds_flag("--cycle", args.cycle)
-    log_every = _int_flag("--log-every", args.log_every, 0)
+    cycle = seconds_flag("--cycle", args.cycle)
+    log_every = int_flag("--log-every", args.log_every, 0)
 
     out = Path(args.out)
     log_dir = out / "logs"
