@@ -21,6 +21,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 
+def _add_growth(
+    counter: Any, last: dict[str, int], key: str, total: int, tags: dict[str, str] | None = None
+) -> None:
+    """Ray counters take increments, the runtime keeps running totals: add to ``counter``
+    how far ``total`` has grown past the total last seen under ``key`` (nothing if it has
+    not grown: Ray refuses increments <= 0)."""
+    seen = last.get(key, 0)
+    if total > seen:
+        counter.inc(total - seen, tags=tags)
+        last[key] = total
+
+
 class RayControllerMetrics:
     """The controller's metrics; :meth:`period` is called after every control period."""
 
@@ -50,7 +62,7 @@ class RayControllerMetrics:
             description="Weight of a subtask's virtual subtask (Mcycles/s).",
             tag_keys=("job", "subtask"),
         )
-        self._received = 0
+        self._received: dict[str, int] = {}  # one key, "received"
         self._dropped: dict[str, int] = {}
 
     def period(self, views: Iterable[Any], received: int, dropped: Mapping[str, int]) -> None:
@@ -60,14 +72,9 @@ class RayControllerMetrics:
                 tags = {"job": v.job_id, "subtask": str(i)}
                 self.weight.set(float(w), tags=tags)
                 self.virtual_weight.set(float(vw), tags=tags)
-        if received > self._received:
-            self.received.inc(received - self._received)
-            self._received = received
+        _add_growth(self.received, self._received, "received", received)
         for reason, count in dropped.items():
-            last = self._dropped.get(reason, 0)
-            if count > last:
-                self.dropped.inc(count - last, tags={"reason": str(reason)})
-                self._dropped[reason] = count
+            _add_growth(self.dropped, self._dropped, reason, count, {"reason": str(reason)})
 
 
 class RayNodeMetrics:
@@ -97,9 +104,5 @@ class RayNodeMetrics:
     def update(self, counters: Mapping[str, int], running: int) -> None:
         tags = {"node": self.node}
         for key, metric in (("reports_sent", self.sent), ("reports_dropped", self.send_dropped)):
-            value = int(counters.get(key, 0))
-            last = self._last.get(key, 0)
-            if value > last:
-                metric.inc(value - last, tags=tags)
-                self._last[key] = value
+            _add_growth(metric, self._last, key, int(counters.get(key, 0)), tags)
         self.subtasks.set(float(running), tags=tags)
