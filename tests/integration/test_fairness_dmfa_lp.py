@@ -6,12 +6,10 @@ resource ``j`` (``d`` normalised so its largest entry is 1)."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
+from dmfa_strategies import arrivals
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from fairness.dmfa import dmfa_srq
 
@@ -21,22 +19,6 @@ pytestmark = pytest.mark.integration
 
 # Tighter than HiGHS' default 1e-7 (absolute), which is coarse against small shares.
 HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
-
-
-@st.composite
-def arrivals(draw: st.DrawFn, max_users: int = 10) -> tuple[list[list[float]], list[float]]:
-    m = draw(st.integers(1, 3))
-    n = draw(st.integers(1, max_users))
-    entry = st.one_of(st.just(0.0), st.floats(0.001, 1.0))
-    demands = []
-    for _ in range(n):
-        row = draw(st.lists(entry, min_size=m, max_size=m))
-        if not any(v > 0 for v in row):
-            row[draw(st.integers(0, m - 1))] = draw(st.floats(0.001, 1.0))
-        demands.append(row)
-    raw = draw(st.lists(st.floats(0.01, 1.0), min_size=n, max_size=n))
-    total = draw(st.floats(0.2, 1.0))
-    return demands, [r * total / math.fsum(raw) for r in raw]
 
 
 def lp_level(d: np.ndarray, w: np.ndarray, before: np.ndarray) -> tuple[float, np.ndarray]:
@@ -67,7 +49,7 @@ def lp_level(d: np.ndarray, w: np.ndarray, before: np.ndarray) -> tuple[float, n
 
 
 @settings(max_examples=80, deadline=None)
-@given(arrivals())
+@given(arrivals(max_users=10))
 def test_same_level_as_the_lp_at_every_arrival(
     instance: tuple[list[list[float]], list[float]],
 ) -> None:
@@ -86,7 +68,7 @@ def test_same_level_as_the_lp_at_every_arrival(
 
 
 @settings(max_examples=40, deadline=None)
-@given(arrivals())
+@given(arrivals(max_users=10))
 def test_chain_of_lps_matches_dmfa(instance: tuple[list[list[float]], list[float]]) -> None:
     """An independent chain: each LP starts from the previous LP's least allocation, never
     from DMFA-SRQ's. Levels agree at every arrival and allocations never decrease. The
