@@ -42,6 +42,14 @@ DEFAULT_QUEUE_WEIGHTS: Mapping[QueueName, float] = {
 
 _QUEUES: tuple[QueueName, ...] = tuple(QueueName)
 
+#: Entries of the grid-local and best-effort queues that share the CPU at once (a node's
+#: "slots"); more wait in arrival order. Bounds the per-cycle work under overload too.
+DEFAULT_MAX_RUNNING: Mapping[QueueName, int | None] = {
+    QueueName.LOCAL: 8,
+    QueueName.QOS: None,
+    QueueName.BEST_EFFORT: 8,
+}
+
 #: Work below this many Mcycles counts as done (absorbs float rounding).
 WORK_EPSILON = 1e-6
 
@@ -60,6 +68,10 @@ class LocalSchedulerConfig:
     ``queue_weights`` are CPU fractions per queue (they need not sum to 1; they are
     normalised). ``work_conserving`` redistributes an unused queue share to the other
     queues. ``virtual_mode`` decides what a virtual subtask's share is used for.
+    ``max_running`` caps how many entries of a queue share its CPU at once (``None``:
+    no cap); the rest wait in arrival order and start, with fresh clocks, as running ones
+    finish. The grid QoS queue is never capped: a co-allocated subtask that waited would
+    break its job's phase.
     """
 
     queue_weights: Mapping[QueueName, float] = field(
@@ -67,6 +79,9 @@ class LocalSchedulerConfig:
     )
     work_conserving: bool = True
     virtual_mode: VirtualSubtaskMode = VirtualSubtaskMode.IDLE
+    max_running: Mapping[QueueName, int | None] = field(
+        default_factory=lambda: dict(DEFAULT_MAX_RUNNING)
+    )
 
     def __post_init__(self) -> None:
         for q in QueueName:
@@ -75,6 +90,11 @@ class LocalSchedulerConfig:
                 raise ValueError(f"queue_weights[{q.value}]: must be a finite number >= 0")
         if sum(self.queue_weights.values()) <= 0:
             raise ValueError("queue_weights: at least one queue weight must be > 0")
+        for q, cap in self.max_running.items():
+            if cap is not None and (not isinstance(cap, int) or cap < 1):
+                raise ValueError(f"max_running[{q.value}]: must be an integer >= 1 or None")
+        if self.max_running.get(QueueName.QOS) is not None:
+            raise ValueError("max_running[qos]: the grid QoS queue cannot be capped")
 
     def share(self, queue: QueueName) -> float:
         """The normalised CPU fraction of ``queue`` (0..1)."""
@@ -149,7 +169,10 @@ class LocalScheduler:
         self.config = config or LocalSchedulerConfig()
         self.incarnation = incarnation
         self._queue_shares = [max(self.config.share(q), 1e-12) for q in QueueName]
+        # Running entries (share the CPU) and, per capped queue, waiting ones in arrival
+        # order; a key is in exactly one of them.
         self._entries: dict[tuple[str, int], _Entry] = {}
+        self._waiting: dict[QueueName, dict[tuple[str, int], _Entry]] = {q: {} for q in _QUEUES}
         self._seq = 0
         # The last cycle's outcome, kept while nothing that decides the split has changed,
         # so that quiet cycles can be replayed in one go (fast_forward).
@@ -162,23 +185,70 @@ class LocalScheduler:
             raise ValueError(
                 f"subtask {subtask.key} is for node {subtask.node!r}, not {self.node.name!r}"
             )
-        if subtask.key in self._entries:
+        if self._find(subtask.key) is not None:
             raise ValueError(f"subtask {subtask.key} is already on node {self.node.name!r}")
         subtask.start_time = now
-        self._entries[subtask.key] = _Entry(subtask, now)
+        entry = _Entry(subtask, now)
+        cap = self.config.max_running.get(entry.queue)
+        if cap is not None and (self._waiting[entry.queue] or self._running(entry.queue) >= cap):
+            self._waiting[entry.queue][subtask.key] = entry
+        else:
+            self._entries[subtask.key] = entry
         self._last = None
+
+    def _find(self, key: tuple[str, int]) -> _Entry | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            for waiting in self._waiting.values():
+                entry = waiting.get(key)
+                if entry is not None:
+                    break
+        return entry
+
+    def _running(self, queue: QueueName) -> int:
+        return sum(
+            1 for e in self._entries.values() if e.queue is queue and not e.subtask.finished
+        )
+
+    def _start_waiting(self, start: float) -> None:
+        """Fill the free slots of capped queues from their waiting lines; the clocks of
+        the entries that start are set to ``start`` (s)."""
+        for q, waiting in self._waiting.items():
+            if not waiting:
+                continue
+            cap = self.config.max_running.get(q)
+            free = len(waiting) if cap is None else cap - self._running(q)
+            while free > 0 and waiting:
+                key = next(iter(waiting))
+                entry = waiting.pop(key)
+                entry.clock = VirtualClock(start)
+                self._entries[key] = entry
+                free -= 1
+                self._last = None
+
+    @property
+    def waiting(self) -> int:
+        """How many entries wait for a slot."""
+        return sum(len(w) for w in self._waiting.values())
 
     def remove(self, key: tuple[str, int]) -> Subtask | None:
         """Take a subtask (and its virtual subtask) off the node; ``None`` if absent."""
         entry = self._entries.pop(key, None)
+        if entry is None:
+            for waiting in self._waiting.values():
+                entry = waiting.pop(key, None)
+                if entry is not None:
+                    break
         self._last = None
         return entry.subtask if entry else None
 
     def remove_job(self, job_id: str) -> list[Subtask]:
         """Take every subtask of ``job_id`` off the node (cancel)."""
         keys = [k for k in self._entries if k[0] == job_id]
+        keys += [k for w in self._waiting.values() for k in w if k[0] == job_id]
+        out = [s for s in (self.remove(k) for k in keys) if s is not None]
         self._last = None
-        return [self._entries.pop(k).subtask for k in keys]
+        return out
 
     def set_weights(self, key: tuple[str, int], weight: float, virtual_weight: float) -> bool:
         """Apply a controller decision (Mcycles/s, both >= 0). False if the subtask is gone."""
@@ -190,7 +260,7 @@ class LocalScheduler:
             raise ValueError(
                 f"weights for {key}: must be finite and >= 0, got {weight!r}, {virtual_weight!r}"
             )
-        entry = self._entries.get(key)
+        entry = self._find(key)
         if entry is None:
             return False
         if entry.subtask.weight != weight or entry.subtask.virtual_weight != virtual_weight:
@@ -200,16 +270,22 @@ class LocalScheduler:
         return True
 
     def subtasks(self) -> list[Subtask]:
-        """The subtasks on the node, in placement order."""
-        return [e.subtask for e in self._entries.values()]
+        """The subtasks on the node: running ones in placement order, then waiting ones."""
+        out = [e.subtask for e in self._entries.values()]
+        for waiting in self._waiting.values():
+            out.extend(e.subtask for e in waiting.values())
+        return out
 
     def get(self, key: tuple[str, int]) -> Subtask | None:
-        entry = self._entries.get(key)
+        entry = self._find(key)
         return entry.subtask if entry else None
 
     def virtual_time(self, key: tuple[str, int]) -> float:
         """``T_V`` of a subtask on this node, s."""
-        return self._entries[key].clock.virtual_time
+        entry = self._find(key)
+        if entry is None:
+            raise KeyError(key)
+        return entry.clock.virtual_time
 
     def qos_weight_total(self, strict_only: bool = True) -> float:
         """Sum of QoS-queue weights (subtask plus virtual), Mcycles/s."""
@@ -221,7 +297,8 @@ class LocalScheduler:
         return total
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """Subtasks on the node, running or waiting."""
+        return len(self._entries) + self.waiting
 
     # ---------------------------------------------------------------------- cycle
     def step(self, real_time: float, cycle: float) -> CycleResult:
@@ -236,6 +313,7 @@ class LocalScheduler:
         node = self.node
         capacity = node.cpu_rate * cycle
         full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle  # one core, full speed
+        self._start_waiting(real_time - cycle)
         entries = [e for e in self._entries.values() if not e.subtask.finished]
         by_queue: dict[QueueName, list[_Entry]] = {q: [] for q in _QUEUES}
         # CPU each entry could use this cycle (Mcycles): its cores at full speed, capped

@@ -444,7 +444,10 @@ def test_cpu_never_above_capacity_and_work_conserved_when_on(
     reweights: list[tuple[int, float, float]],
 ) -> None:
     node = Node("n", float(speed), cores=cores)
-    s = LocalScheduler(node, LocalSchedulerConfig(work_conserving=wc, virtual_mode=mode))
+    # Uncapped queues: this property is about the CPU split among running entries.
+    s = LocalScheduler(
+        node, LocalSchedulerConfig(work_conserving=wc, virtual_mode=mode, max_running={})
+    )
     for i, (qos, work, w, vw, cpu) in enumerate(rows):
         s.add(
             sub(
@@ -506,3 +509,41 @@ def test_cpu_never_above_capacity_and_work_conserved_when_on(
             assert x.weight >= 0 and x.virtual_weight >= 0
         for key in r.finished:
             s.remove(key)
+
+
+# ------------------------------------------------------------------ running slots
+
+
+def test_capped_queue_runs_the_first_entries_and_starts_waiting_ones_as_they_finish() -> None:
+    # Local queue capped at 2 on a 1000 MHz node, q = 1 s, only local work: the two
+    # running entries share 1000 Mcycles (500 each); the third waits with no CPU.
+    cfg = LocalSchedulerConfig(max_running={QueueName.LOCAL: 2})
+    s = LocalScheduler(Node("n", 1000.0), cfg)
+    for name, work in (("a", 500.0), ("b", 5000.0), ("c", 5000.0)):
+        s.add(sub(name, QosClass.LOCAL, work=work, rate=10.0, weight=1.0), 0.0)
+    assert len(s) == 3 and s.waiting == 1
+    r = s.step(1.0, 1.0)
+    assert granted(r, "a") == pytest.approx(500.0)
+    assert granted(r, "b") == pytest.approx(500.0)
+    assert ("c", 0) not in {(g.job_id, g.subtask) for g in r.grants}
+    assert r.finished == (("a", 0),)
+    s.remove(("a", 0))
+    # c starts at the beginning of the next cycle, its virtual clock from there.
+    r = s.step(2.0, 1.0)
+    assert s.waiting == 0
+    assert granted(r, "b") == pytest.approx(500.0)
+    assert granted(r, "c") == pytest.approx(500.0)
+    assert s.virtual_time(("c", 0)) == pytest.approx(1.0 + 500.0 / 10.0)
+
+
+def test_waiting_entries_can_be_cancelled_and_qos_queue_cannot_be_capped() -> None:
+    cfg = LocalSchedulerConfig(max_running={QueueName.BEST_EFFORT: 1})
+    s = LocalScheduler(Node("n", 1000.0), cfg)
+    s.add(sub("a", QosClass.BEST_EFFORT, work=100.0, rate=10.0), 0.0)
+    s.add(sub("b", QosClass.BEST_EFFORT, work=100.0, rate=10.0), 0.0)
+    assert [x.job_id for x in s.remove_job("b")] == ["b"]
+    assert len(s) == 1 and s.waiting == 0
+    with pytest.raises(ValueError, match=r"max_running\[qos\]"):
+        LocalSchedulerConfig(max_running={QueueName.QOS: 4})
+    with pytest.raises(ValueError, match=r"max_running\[local\]"):
+        LocalSchedulerConfig(max_running={QueueName.LOCAL: 0})
