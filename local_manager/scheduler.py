@@ -206,9 +206,7 @@ class LocalScheduler:
         return entry
 
     def _running(self, queue: QueueName) -> int:
-        return sum(
-            1 for e in self._entries.values() if e.queue is queue and not e.subtask.finished
-        )
+        return sum(1 for e in self._entries.values() if e.queue is queue and not e.subtask.finished)
 
     def _start_waiting(self, start: float) -> None:
         """Fill the free slots of capped queues from their waiting lines; the clocks of
@@ -312,6 +310,24 @@ class LocalScheduler:
             raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
         node = self.node
         capacity = node.cpu_rate * cycle
+        last = self._last
+        if last is not None and last.cycle == cycle and self.quiet_cycles(cycle, 0) >= 1:
+            # Nothing that decides the split has changed since the last cycle: replay it
+            # (the same grants a fresh split would compute, without computing them).
+            entries = [e for e in self._entries.values() if not e.subtask.finished]
+            result = self._account(
+                real_time,
+                cycle,
+                entries,
+                last.granted,
+                last.queue_cpu,
+                last.virtual_idle,
+                last.lent,
+                capacity,
+            )
+            if result.finished:
+                self._last = None
+            return result
         full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle  # one core, full speed
         self._start_waiting(real_time - cycle)
         entries = [e for e in self._entries.values() if not e.subtask.finished]
@@ -469,12 +485,14 @@ class LocalScheduler:
         return float(sum(extra))
 
     # ------------------------------------------------------------- fast forward
-    def quiet_cycles(self, cycle: float) -> int:
+    def quiet_cycles(self, cycle: float, margin: int = 1) -> int:
         """How many more cycles of ``cycle`` s would split the CPU exactly as the last one.
 
         That holds while no subtask is added, removed or re-weighted and every running
         subtask keeps more work than one full-speed cycle (its cap) and than its expected
-        work per cycle. 0 when the last cycle cannot be replayed.
+        work per cycle, at the start of each of those cycles; with the default ``margin``
+        also at the end of the last one (so none of them finishes a subtask). 0 when the
+        last cycle cannot be replayed.
         """
         last = self._last
         if last is None or last.cycle != cycle:
@@ -491,7 +509,7 @@ class LocalScheduler:
             bound = min(bound, (s.remaining - floor) / g)
         if bound == math.inf:
             return 1 << 30
-        return max(0, int(bound))
+        return max(0, int(bound) + 1 - margin) if bound >= 0 else 0
 
     def fast_forward(self, cycles: int, cycle: float, real_time: float) -> CycleResult:
         """Replay the last cycle ``cycles`` times at once, ending at ``real_time`` (s).
@@ -538,37 +556,35 @@ class LocalScheduler:
         reports: list[ProgressReport] = []
         finished: list[tuple[str, int]] = []
         used = 0.0
+        qos = QueueName.QOS
+        incarnation = self.incarnation
+        seq = self._seq
         for e in entries:
             s = e.subtask
+            key = (s.job_id, s.index)
+            left = s.work - s.done_work
             # Expected work per cycle (x in eq. 4): the admitted rate, but never more
             # than the work left, so a subtask finishing mid-cycle is not "late".
-            x = min(s.expected_rate * cycle, s.remaining) * m
-            g = granted.get(s.key, 0.0) * m
+            per = s.expected_rate * cycle
+            x = (per if per < left else left) * m
+            g = granted.get(key, 0.0) * m
             s.done_work += g
             used += g
             tv = e.clock.advance(real_time, x, g) if x > 0 else e.clock.advance(real_time, 0.0, 0.0)
-            done = s.remaining <= WORK_EPSILON
+            done = left - g <= WORK_EPSILON
             if done:
                 s.done_work = s.work
                 s.finish_time = real_time
-                finished.append(s.key)
+                finished.append(key)
             grants.append(Grant(s.job_id, s.index, e.queue, x, g, tv))
-            if e.queue is QueueName.QOS:
-                self._seq += 1
+            if e.queue is qos:
+                seq += 1
                 reports.append(
                     ProgressReport(
-                        s.job_id,
-                        s.index,
-                        node_name,
-                        self.incarnation,
-                        self._seq,
-                        real_time,
-                        tv,
-                        x,
-                        g,
-                        done,
+                        s.job_id, s.index, node_name, incarnation, seq, real_time, tv, x, g, done
                     )
                 )
+        self._seq = seq
         return CycleResult(
             node=self.node.name,
             real_time=real_time,
