@@ -2,8 +2,9 @@
 and the wall time of the paper's full matrix.
 
 1. Subtask-cycles per second on one workload (the paper's generator, ``--rate-nodes``
-   nodes, lambda ``--rate-lam`` s, ``--rate-jobs`` QoS jobs, the paper's mode: queues not
-   work-conserving, 30 s cycle), run twice in this process: with the simulator's fast
+   nodes (12), lambda ``--rate-lam`` s (100), ``--rate-jobs`` QoS jobs (400), the paper's
+   mode: queues not work-conserving, 30 s cycle), per policy (sq, strict) run twice in
+   this process: with the simulator's fast
    forward (the default) and with ``SimConfig(fast_forward=False)``, the naive stepper
    that runs every cycle, as the reference. ``LocalScheduler.step`` and ``fast_forward``
    are wrapped to count: a step of a node with ``k`` subtasks is ``k`` subtask-cycles,
@@ -118,23 +119,29 @@ def _same_outcome(a: RunResult, b: RunResult) -> bool:
 
 def bench_rate(args: argparse.Namespace) -> None:
     print(f"1. subtask-cycles per second: {args.rate_nodes} nodes, lambda {args.rate_lam:g} s, "
-          f"{args.rate_jobs} QoS jobs, policy {args.rate_policy}, seed {args.seed}")
-    runs = {}
-    for label, ff in (("fast forward", True), ("naive stepper", False)):
-        runs[label] = timed_run(args.rate_nodes, args.rate_lam, args.rate_jobs,
-                                args.rate_policy, args.seed, ff)
-    print(f"{'variant':<14} {'wall_s':>8} {'cycles':>8} {'step_calls':>10} {'ff_calls':>9} "
-          f"{'stepped':>11} {'effective':>11} {'stepped/s':>11} {'effective/s':>12}")
-    for label, (c, wall, res) in runs.items():
-        print(f"{label:<14} {wall:>8.2f} {res.cycles:>8} {c.step_calls:>10} {c.ff_calls:>9} "
-              f"{c.stepped:>11} {c.effective:>11} {c.stepped / wall:>11.0f} "
-              f"{c.effective / wall:>12.0f}")
-    (cf, wf, rf), (cn, wn, rn) = runs["fast forward"], runs["naive stepper"]
-    print(f"ratio fast forward / naive (effective subtask-cycles per second): "
-          f"{(cf.effective / wf) / (cn.effective / wn):.2f}x "
-          f"(wall {wn:.2f} s / {wf:.2f} s = {wn / wf:.2f}x)")
-    print(f"same simulated cycles: {rf.cycles == rn.cycles}; same effective subtask-cycles: "
-          f"{cf.effective == cn.effective}; same job outcomes: {_same_outcome(rf, rn)}")
+          f"{args.rate_jobs} QoS jobs, seed {args.seed}, queues not work-conserving")
+    print(f"{'policy':<8} {'variant':<14} {'wall_s':>8} {'cycles':>8} {'step_calls':>10} "
+          f"{'ff_calls':>9} {'stepped':>11} {'effective':>11} {'stepped/s':>11} "
+          f"{'effective/s':>12}")
+    checks = []
+    for policy in args.rate_policy.split(","):
+        runs = {}
+        for label, ff in (("fast forward", True), ("naive stepper", False)):
+            runs[label] = timed_run(args.rate_nodes, args.rate_lam, args.rate_jobs,
+                                    policy, args.seed, ff)
+            c, wall, res = runs[label]
+            print(f"{policy:<8} {label:<14} {wall:>8.2f} {res.cycles:>8} {c.step_calls:>10} "
+                  f"{c.ff_calls:>9} {c.stepped:>11} {c.effective:>11} "
+                  f"{c.stepped / wall:>11.0f} {c.effective / wall:>12.0f}")
+        (cf, wf, rf), (cn, wn, rn) = runs["fast forward"], runs["naive stepper"]
+        checks.append(
+            f"{policy}: ratio fast forward / naive (effective subtask-cycles per second) "
+            f"{(cf.effective / wf) / (cn.effective / wn):.2f}x (wall {wn:.2f} s / {wf:.2f} s "
+            f"= {wn / wf:.2f}x); same simulated cycles: {rf.cycles == rn.cycles}, same "
+            f"effective subtask-cycles: {cf.effective == cn.effective}, same job outcomes: "
+            f"{_same_outcome(rf, rn)}")
+    for line in checks:
+        print(line)
 
 
 def bench_matrix(args: argparse.Namespace) -> None:
@@ -185,20 +192,21 @@ def main(argv: list[str] | None = None) -> int:
                              "10,500 x 200 jobs)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rate-nodes", type=int, default=None,
-                        help="nodes of the rate workload (default 6; --quick 3)")
+                        help="nodes of the rate workload (default 12; --quick 3)")
     parser.add_argument("--rate-lam", type=float, default=100.0,
                         help="lambda of the rate workload, s (default %(default)s)")
     parser.add_argument("--rate-jobs", type=int, default=None,
-                        help="QoS jobs of the rate workload (default 150; --quick 40)")
-    parser.add_argument("--rate-policy", default="sq", help="policy (default %(default)s)")
+                        help="QoS jobs of the rate workload (default 400; --quick 40)")
+    parser.add_argument("--rate-policy", default="sq,strict",
+                        help="comma-separated policies (default %(default)s)")
     parser.add_argument("--workers", type=int, default=None,
                         help="matrix workers (default: the CPU count)")
     parser.add_argument("--skip-matrix", action="store_true", help="only part 1")
     args = parser.parse_args(argv)
     if args.rate_nodes is None:
-        args.rate_nodes = 3 if args.quick else 6
+        args.rate_nodes = 3 if args.quick else 12
     if args.rate_jobs is None:
-        args.rate_jobs = 40 if args.quick else 150
+        args.rate_jobs = 40 if args.quick else 400
     print(f"bench_sim: python {sys.version.split()[0]}, {os.cpu_count()} CPU(s)")
     bench_rate(args)
     if not args.skip_matrix:
