@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,15 +59,23 @@ class PeriodPoint:
 
 
 def log_files(path: Path) -> list[Path]:
-    """``path`` itself, or the ``*.jsonl`` files of a directory (sorted by name)."""
+    """``path`` itself, or the ``*.jsonl`` files of a directory, in natural order (numbers
+    in names compare as numbers: ``n3-...`` before ``n12-...``)."""
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix == ".jsonl" and p.is_file())
+        files = sorted((p for p in path.iterdir() if p.suffix == ".jsonl" and p.is_file()),
+                       key=_natural_key)
         if not files:
             raise UserError(f"{path}: no .jsonl phase logs in this directory")
         return files
     if not path.exists():
         raise UserError(f"{path}: no such file or directory")
     return [path]
+
+
+def _natural_key(path: Path) -> tuple[tuple[int, int | str], ...]:
+    # (0, number) sorts before (1, text) so that the key stays totally ordered.
+    return tuple((0, int(part)) if part.isdigit() else (1, part)
+                 for part in re.split(r"(\d+)", path.name) if part)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -86,6 +86,17 @@ def test_summarize_a_directory(logs: Path, capsys) -> None:
     assert out.count("== ") == 2 and "j00001" in out
 
 
+def test_a_directory_lists_logs_in_natural_order(logs: Path, tmp_path: Path, capsys) -> None:
+    text = (logs / "sq.jsonl").read_text()
+    for name in ("n12-lam10-sq.jsonl", "n3-lam500-sq.jsonl", "n3-lam10-sq.jsonl"):
+        (tmp_path / name).write_text(text)
+    (tmp_path / "notes.txt").write_text("not a log")
+    code, out, _ = run(capsys, "summarize", str(tmp_path))
+    assert code == 0
+    assert [ln.split()[0] for ln in out.splitlines()[1:]] == [
+        "n3-lam10-sq.jsonl", "n3-lam500-sq.jsonl", "n12-lam10-sq.jsonl"]
+
+
 def test_summarize_json_turns_nan_into_null(tmp_path: Path, capsys) -> None:
     """A live log with period records only: nothing completed, run means are NaN."""
     path = tmp_path / "live.jsonl"
