@@ -204,7 +204,8 @@ def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
 
 @dataclass(frozen=True, slots=True)
 class RunSummary:
-    """Averages over the completed strict jobs of one log (the paper's statistic)."""
+    """Averages over the completed strict jobs with at least two subtasks of one log (the
+    paper's statistic); ``completed`` counts them."""
 
     jobs: int
     completed: int
@@ -241,7 +242,13 @@ def summarize(records: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
                 "completed": False,
             }
     rows = [summaries[j] for j in sorted(summaries)]
-    done = [r for r in rows if r["completed"] and r["qos"] == "strict"]
+    # The paper's population: completed strict jobs that have a phase at all (>= 2
+    # subtasks), as RunResult.strict_completed() counts them.
+    done = [
+        r
+        for r in rows
+        if r["completed"] and r["qos"] == "strict" and (r.get("subtasks") or 0) >= 2
+    ]
 
     def mean(key: str) -> float:
         vals = [float(r[key]) for r in done if r.get(key) is not None]

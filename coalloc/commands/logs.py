@@ -180,9 +180,9 @@ def summarize_handler(args: argparse.Namespace) -> int:
             print(format_jobs(res["jobs"]))
             print()
     if single:
-        # phase_log.summarize averages over every completed strict job, single-subtask
-        # ones (phase difference 0) included: say so, results.csv counts >= 2 subtasks.
-        print("run summary (completed strict jobs, single-subtask jobs included):")
+        # The population of results.csv and the paper: completed strict jobs with >= 2
+        # subtasks (phase_log.summarize).
+        print("run summary (completed strict jobs with at least two subtasks):")
         print(_RUN_HEAD)
         print(_run_cells(results[0]["summary"]))
     else:
