@@ -536,6 +536,31 @@ class LocalScheduler:
         assert not result.finished, "fast_forward went past a subtask's finish"
         return result
 
+    @staticmethod
+    def _repeat(
+        e: _Entry, per: float, g1: float, cycle: float, repeat: int
+    ) -> tuple[float, float, float, float]:
+        """Book ``repeat`` cycles of grant ``g1`` on one entry with the very arithmetic
+        :meth:`step` would use cycle by cycle (so the result is bit-identical to stepping).
+        Returns the total expected and granted work and the work left afterwards (all
+        Mcycles), and the new ``T_V`` (s)."""
+        s = e.subtask
+        clock = e.clock
+        t = clock.previous_real_time
+        x_total = g_total = 0.0
+        for _ in range(repeat):
+            left = s.work - s.done_work
+            x = per if per < left else left
+            s.done_work += g1
+            t += cycle
+            if x > 0:
+                clock.advance(t, x, g1)
+            else:
+                clock.advance(t, 0.0, 0.0)
+            x_total += x
+            g_total += g1
+        return x_total, g_total, s.work - s.done_work, clock.virtual_time
+
     def _account(
         self,
         real_time: float,
@@ -566,12 +591,15 @@ class LocalScheduler:
             # Expected work per cycle (x in eq. 4): the admitted rate, but never more
             # than the work left, so a subtask finishing mid-cycle is not "late".
             per = s.expected_rate * cycle
-            x = (per if per < left else left) * m
-            g = granted.get(key, 0.0) * m
-            s.done_work += g
+            if repeat == 1:
+                x = per if per < left else left
+                g = granted.get(key, 0.0)
+                s.done_work += g
+                tv = e.clock.advance(real_time, x, g) if x > 0 else e.clock.advance(real_time, 0, 0)
+            else:
+                x, g, left, tv = self._repeat(e, per, granted.get(key, 0.0), cycle, repeat)
             used += g
-            tv = e.clock.advance(real_time, x, g) if x > 0 else e.clock.advance(real_time, 0.0, 0.0)
-            done = left - g <= WORK_EPSILON
+            done = left - (g if repeat == 1 else 0.0) <= WORK_EPSILON
             if done:
                 s.done_work = s.work
                 s.finish_time = real_time
