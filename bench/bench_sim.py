@@ -4,10 +4,10 @@ and the wall time of the paper's full matrix.
 1. Subtask-cycles per second on one workload (the paper's generator, ``--rate-nodes``
    nodes (12), lambda ``--rate-lam`` s (100), ``--rate-jobs`` QoS jobs (400), the paper's
    mode: queues not work-conserving, 30 s cycle), per policy (sq, strict) run twice in
-   this process: the default (each local scheduler replays a cycle in which nothing
-   changed), with the simulator's whole-grid fast forward on (``SimConfig(fast_forward=
-   True)``), and the naive stepper that computes every split from scratch, the
-   reference. ``LocalScheduler.step`` and ``fast_forward``
+   this process: "node replay" (each local scheduler replays a cycle in which nothing
+   changed; ``SimConfig(fast_forward=False)``), "+fast forward" (also the simulator's
+   whole-grid fast forward: the default configuration), and the naive stepper that
+   computes every split from scratch, the reference. ``LocalScheduler.step`` and ``fast_forward``
    are wrapped to count: a step of a node with ``k`` subtasks is ``k`` subtask-cycles,
    stepped and effective; a fast forward of ``m`` cycles is ``k`` stepped and ``k * m``
    effective subtask-cycles. Rates are counts over the run's wall time (workload
@@ -131,7 +131,7 @@ def bench_rate(args: argparse.Namespace) -> None:
     checks = []
     for policy in args.rate_policy.split(","):
         runs = {}
-        variants = (("default", False, True), ("+fast forward", True, True),
+        variants = (("node replay", False, True), ("+fast forward", True, True),
                     ("naive stepper", False, False))
         for label, ff, replay in variants:
             runs[label] = timed_run(args.rate_nodes, args.rate_lam, args.rate_jobs,
@@ -141,7 +141,7 @@ def bench_rate(args: argparse.Namespace) -> None:
                   f"{c.ff_calls:>9} {c.stepped:>11} {c.effective:>11} "
                   f"{c.stepped / wall:>11.0f} {c.effective / wall:>12.0f}")
         cn, wn, rn = runs["naive stepper"]
-        for label in ("default", "+fast forward"):
+        for label in ("node replay", "+fast forward"):
             cf, wf, rf = runs[label]
             checks.append(
                 f"{policy}: {label} / naive (effective subtask-cycles per second) "
