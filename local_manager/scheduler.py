@@ -310,21 +310,10 @@ class LocalScheduler:
             raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
         node = self.node
         capacity = node.cpu_rate * cycle
-        last = self._last
-        if last is not None and last.cycle == cycle and self.quiet_cycles(cycle, 0) >= 1:
+        if self._last is not None and self.quiet_cycles(cycle, 0) >= 1:
             # Nothing that decides the split has changed since the last cycle: replay it
             # (the same grants a fresh split would compute, without computing them).
-            entries = [e for e in self._entries.values() if not e.subtask.finished]
-            result = self._account(
-                real_time,
-                cycle,
-                entries,
-                last.granted,
-                last.queue_cpu,
-                last.virtual_idle,
-                last.lent,
-                capacity,
-            )
+            result = self._replay(1, cycle, real_time)
             if result.finished:
                 self._last = None
             return result
@@ -518,11 +507,18 @@ class LocalScheduler:
         ``cycles`` times its last grant and its virtual clock moves by eq. (4) over the
         whole span. One progress report per QoS subtask covers the span.
         """
-        last = self._last
-        if last is None or cycles < 1 or cycles > self.quiet_cycles(cycle):
+        if self._last is None or cycles < 1 or cycles > self.quiet_cycles(cycle):
             raise ValueError(f"fast_forward: {cycles} cycles cannot be replayed exactly")
+        result = self._replay(cycles, cycle, real_time)
+        assert not result.finished, "fast_forward went past a subtask's finish"
+        return result
+
+    def _replay(self, cycles: int, cycle: float, real_time: float) -> CycleResult:
+        """Book ``cycles`` cycles with the last cycle's split (the caller checked it holds)."""
+        last = self._last
+        assert last is not None
         entries = [e for e in self._entries.values() if not e.subtask.finished]
-        result = self._account(
+        return self._account(
             real_time,
             cycle,
             entries,
@@ -533,8 +529,6 @@ class LocalScheduler:
             self.node.cpu_rate * cycle,
             repeat=cycles,
         )
-        assert not result.finished, "fast_forward went past a subtask's finish"
-        return result
 
     @staticmethod
     def _repeat(
