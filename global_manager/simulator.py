@@ -20,7 +20,7 @@ from pathlib import Path
 from clocks.base import ManualClock
 from coallocator.core import ControllerCore
 from coallocator.phase_log import PeriodRecord, SummaryRecord, to_json_line
-from global_manager.core import GlobalConfig, GlobalManagerCore
+from global_manager.core import Admission, GlobalConfig, GlobalManagerCore
 from global_manager.policies import Policy, get_policy
 from local_manager.scheduler import (
     DEFAULT_QUEUE_WEIGHTS,
@@ -160,7 +160,7 @@ def simulate(
         cfg.log_every,
     )
 
-    results: dict[str, dict[str, object]] = {}
+    results: dict[str, _Outcome] = {}
     used = {n.name: 0.0 for n in workload.nodes}
     jobs = sorted(workload.jobs, key=lambda j: j.arrival)
     next_job = 0
@@ -214,7 +214,7 @@ def simulate(
                     active -= 1
                     job_done = gm.subtask_finished(*key)
                     if job_done:
-                        results[key[0]]["completed_at"] = end
+                        results[key[0]].completed_at = end
             if cycles % cfg.control_every == 0:
                 for cmd in ctl.control_period(end):
                     schedulers[cmd.node].set_weights(
@@ -267,23 +267,25 @@ def _quiet_span(
     return ctl.quiet_periods(now, q * ce, periods) * ce
 
 
+@dataclass(slots=True)
+class _Outcome:
+    """What the simulator keeps per submitted job until the run ends."""
+
+    spec: JobSpec
+    admission: Admission
+    completed_at: float | None = None
+
+
 def _admit(
     spec: JobSpec,
     now: float,
     gm: GlobalManagerCore,
     schedulers: dict[str, LocalScheduler],
     ctl: ControllerCore,
-    results: dict[str, dict[str, object]],
+    results: dict[str, _Outcome],
 ) -> int:
     adm = gm.submit(spec, now)
-    results[adm.job_id] = {
-        "spec": spec,
-        "job_id": adm.job_id,
-        "admitted": adm.admitted,
-        "reason": adm.reason,
-        "nodes": tuple(s.node for s in adm.subtasks),
-        "arrival": spec.arrival,
-    }
+    results[adm.job_id] = _Outcome(spec, adm)
     if not adm.admitted:
         return 0
     for s in adm.subtasks:
@@ -300,24 +302,21 @@ def _admit(
     return len(adm.subtasks)
 
 
-def _job_result(r: dict[str, object], ctl: ControllerCore) -> JobResult:
-    spec = r["spec"]
-    assert isinstance(spec, JobSpec)
-    job_id = str(r["job_id"])
-    summary = ctl.summaries.get(job_id)
-    completed = "completed_at" in r
+def _job_result(r: _Outcome, ctl: ControllerCore) -> JobResult:
+    spec, adm = r.spec, r.admission
+    summary = ctl.summaries.get(adm.job_id)
     return JobResult(
-        job_id=job_id,
+        job_id=adm.job_id,
         name=spec.name,
         qos=spec.qos.value,
         subtasks=spec.n_subtasks,
         arrival=spec.arrival,
-        admitted=bool(r["admitted"]),
-        reason=str(r["reason"]),
-        completed=completed,
+        admitted=adm.admitted,
+        reason=adm.reason,
+        completed=r.completed_at is not None,
         mean_phase_difference=summary.mean_phase_difference if summary else None,
         max_phase_difference=summary.max_phase_difference if summary else None,
         completion_skew=summary.completion_skew if summary else None,
-        turnaround=(float(r["completed_at"]) - spec.arrival) if completed else None,  # type: ignore[arg-type]
-        nodes=tuple(r["nodes"]),  # type: ignore[arg-type]
+        turnaround=(r.completed_at - spec.arrival) if r.completed_at is not None else None,
+        nodes=tuple(s.node for s in adm.subtasks),
     )
