@@ -25,7 +25,13 @@ from coallocator.transport import (
     ReportReceiver,
     ReportSender,
 )
-from coallocator.wire import DropReason, WireLimits, encode_command, encode_report
+from coallocator.wire import (
+    WIRE_VERSION,
+    DropReason,
+    WireLimits,
+    encode_command,
+    encode_report,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -405,7 +411,7 @@ def test_subscriber_counts_bad_commands_and_keeps_going(ctx: zmq.Context[Any]) -
                 [b"n1", encode_report(report(1))],  # a report on the command channel
                 [b"n1", encode_command(ReweightCommand("j", 1, "n2", 2, 5.0, 0.5))],
                 [b"n1", encode_command(good), b"extra"],  # multipart
-                [b"n1", msgpack.packb([2, "reweight"])],
+                [b"n1", msgpack.packb([WIRE_VERSION + 1, "reweight"])],
             ]
             for parts in bad:
                 router.send_multipart(parts)
