@@ -157,6 +157,9 @@ class SubtaskState:
     clock_rate: float = 1.0
     #: The rate cap in force (Mcycles/s; 0 = none); pace control only.
     rate_cap: float = 0.0
+    #: What the node could have given it per unit of expected rate over the last period
+    #: without its cap (``available_work / expected_work``); ``None``: not reported.
+    capability: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,12 +330,28 @@ def _apply(
 _SATURATED = 1.0 - 1e-6
 
 
+def initial_rate_cap(
+    config: ControllerConfig, enabled: bool, strict: bool, n_subtasks: int, expected_rate: float
+) -> float:
+    """The rate cap (Mcycles/s; 0 = none) a subtask starts with: under pace control a
+    strict gang of two or more starts at its expected rate, so its first period runs in
+    step and measures each node's capability (the global manager places it with this cap,
+    the controller registers it with the same)."""
+    if enabled and config.mode is ControlMode.PACE and strict and n_subtasks >= 2:
+        return expected_rate
+    return 0.0
+
+
 def pace_targets(subs: tuple[SubtaskState, ...], period: float) -> tuple[float, list[float]]:
     """Pace control's prediction for one job: ``T_next`` (s), the furthest virtual time
     every running subtask can reach by the next period, and each subtask's capability
-    ``c_i`` (its clock rate, or ``inf`` when it is held at its cap and got all of it)."""
+    ``c_i``: what its node reported it could have had (``capability``), else its clock
+    rate, or ``inf`` when it is held at its cap, got all of it and nothing says more."""
     caps: list[float] = []
     for s in subs:
+        if s.capability is not None:
+            caps.append(max(0.0, s.capability))
+            continue
         held = s.rate_cap > 0 and s.clock_rate * s.admitted_weight >= s.rate_cap * _SATURATED
         caps.append(math.inf if held else max(0.0, s.clock_rate))
     if all(math.isinf(c) for c in caps):
@@ -360,8 +379,12 @@ def _pace_job(
         x = s.admitted_weight
         need = max(0.0, (t_next - s.virtual_time) / period)
         floor = cfg.weight_floor
-        if need >= c * _SATURATED:
-            cap = 0.0  # it needs all it can get: no cap
+        if need >= c * _SATURATED and s.capability is None:
+            cap = 0.0  # it needs all it can get, and only running uncapped tells how much
+        elif need >= c * _SATURATED:
+            # It bounds the group: held to what its node said it can give, so a node that
+            # has more next period cannot pull it ahead (its report then says so).
+            cap = max(c, floor) * x
         else:
             cap = max(need, floor) * x
         weight, from_slack = s.weight, 0.0

@@ -23,6 +23,7 @@ from coallocator.controller import (
     JobState,
     SubtaskState,
     control,
+    initial_rate_cap,
     phase_difference,
 )
 from coallocator.messages import ProgressReport, ReweightCommand
@@ -44,6 +45,8 @@ class _SubtaskTrack:
     clock_rate: float = 1.0
     #: Pace control's rate cap in force, Mcycles/s (0 = none).
     rate_cap: float = 0.0
+    #: available_work / expected_work of the last report (None: not reported).
+    capability: float | None = None
     done: bool = False
 
 
@@ -118,8 +121,14 @@ class ControllerCore:
         overall_deviation: float | None = None,
         asynchrony: float | None = None,
     ) -> None:
-        """Track a job. ``subtasks``: (index, node, admitted weight in Mcycles/s)."""
+        """Track a job. ``subtasks``: (index, node, admitted weight in Mcycles/s). Under
+        pace control a strict gang starts at the rate cap :func:`initial_rate_cap` gives
+        (the global manager placed it with the same)."""
         subs = [_SubtaskTrack(i, node, w, w, virtual_time=arrival) for i, node, w in subtasks]
+        for st in subs:
+            st.rate_cap = initial_rate_cap(
+                self.config, self.enabled, qos is QosClass.STRICT, len(subs), st.admitted_weight
+            )
         self.jobs[job_id] = _JobTrack(
             job_id=job_id,
             qos=qos,
@@ -149,8 +158,12 @@ class ControllerCore:
         st.virtual_time = report.virtual_time
         if report.expected_work > 0:
             st.clock_rate = report.granted_work / report.expected_work
+            st.capability = (
+                report.available_work / report.expected_work if report.available_work > 0 else None
+            )
         else:
             st.clock_rate = 0.0
+            st.capability = None
         if report.done:
             st.done = True
             job.tracker.finished(report.real_time)
@@ -219,6 +232,7 @@ class ControllerCore:
                                 s.virtual_weight,
                                 s.clock_rate,
                                 s.rate_cap,
+                                s.capability,
                             )
                             for s in running
                         ),
@@ -355,6 +369,7 @@ class ControllerCore:
                         s.virtual_weight,
                         s.clock_rate,
                         s.rate_cap,
+                        s.capability,
                     )
                     for s in j.subtasks
                     if not s.done

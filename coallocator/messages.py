@@ -32,6 +32,10 @@ class ProgressReport:
     expected_work: float  # x: Mcycles the subtask should have had in the cycle
     granted_work: float  # x-bar: Mcycles it really got in the cycle
     done: bool = False  # the subtask finished its work in this cycle
+    #: Mcycles the node could have given it in the cycle without its rate cap (pace
+    #: control's capability estimate; equal to ``granted_work`` when uncapped, 0 = not
+    #: known).
+    available_work: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

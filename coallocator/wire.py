@@ -8,16 +8,16 @@ One ZeroMQ message carries one frame; a frame is one msgpack array, the *envelop
 then the fields of the record in the order of its dataclass, no names (a flat array is
 the cheapest shape to decode and the arity check catches missing or extra fields):
 
-* ``progress`` (:class:`~coallocator.messages.ProgressReport`, 12 elements): job_id (str),
+* ``progress`` (:class:`~coallocator.messages.ProgressReport`, 13 elements): job_id (str),
   subtask (int), node (str), incarnation (int), seq (int), real_time (float, s),
   virtual_time (float, s), expected_work (float, Mcycles), granted_work (float, Mcycles),
-  done (bool).
+  done (bool), available_work (float, Mcycles).
 * ``reweight`` (:class:`~coallocator.messages.ReweightCommand`, 9 elements): job_id (str),
   subtask (int), node (str), seq (int), weight (float, Mcycles/s), virtual_weight (float,
   Mcycles/s), rate_cap (float, Mcycles/s; 0 = no cap).
 
-Version 2 added ``rate_cap`` to ``reweight`` (pace control); version 1 frames are dropped
-as ``bad_version``.
+Version 2 added ``rate_cap`` to ``reweight`` and ``available_work`` to ``progress`` (pace
+control); version 1 frames are dropped as ``bad_version``.
 
 Every value is checked: names are non-empty str of at most ``max_name_bytes`` UTF-8
 bytes; ints are msgpack ints (never bool or float) in ``[0, 2**63)``; floats are finite
@@ -61,7 +61,7 @@ MAX_EXACT_FLOAT_INT = 2**53
 
 _INF = math.inf
 
-_REPORT_LEN = 12  # version, kind and the 10 fields of ProgressReport
+_REPORT_LEN = 13  # version, kind and the 11 fields of ProgressReport
 _COMMAND_LEN = 9  # version, kind and the 7 fields of ReweightCommand
 
 
@@ -104,7 +104,7 @@ class WireLimits:
     """Bounds on one frame. ``max_frame_bytes``: frame length, bytes. ``max_name_bytes``:
     longest str (job_id, node), UTF-8 bytes; 255 so that a node name is also a valid
     ZeroMQ routing id. ``max_array_len`` / ``max_map_len``: longest array / map msgpack
-    may build; the envelopes have 12 and 9 elements, and a little room above that lets a
+    may build; the envelopes have 13 and 9 elements, and a little room above that lets a
     near-miss envelope be reported as ``bad_schema`` rather than ``over_limit``."""
 
     max_frame_bytes: int = 64 * 1024
@@ -177,6 +177,7 @@ def encode_report(report: ProgressReport, limits: WireLimits = DEFAULT_LIMITS) -
         _check_float(rec, "expected_work", report.expected_work),
         _check_float(rec, "granted_work", report.granted_work),
         report.done,
+        _check_float(rec, "available_work", report.available_work),
     )
     return _pack(envelope, limits)
 
@@ -317,6 +318,7 @@ _REPORT_FIELDS: tuple[tuple[str, _FieldCheck], ...] = (
     ("expected_work", _wire_float),
     ("granted_work", _wire_float),
     ("done", _wire_bool),
+    ("available_work", _wire_float),
 )
 
 _COMMAND_FIELDS: tuple[tuple[str, _FieldCheck], ...] = (
@@ -394,11 +396,11 @@ _CS = _setters(ReweightCommand, _COMMAND_FIELDS)
 def _fast_report(
     job_id: str, subtask: int, node: str, incarnation: int, seq: int,
     real_time: float, virtual_time: float, expected_work: float, granted_work: float,
-    done: bool,
+    done: bool, available_work: float,
     _new: Any = object.__new__, _cls: type = ProgressReport,
     _s0: Any = _RS[0], _s1: Any = _RS[1], _s2: Any = _RS[2], _s3: Any = _RS[3],
     _s4: Any = _RS[4], _s5: Any = _RS[5], _s6: Any = _RS[6], _s7: Any = _RS[7],
-    _s8: Any = _RS[8], _s9: Any = _RS[9],
+    _s8: Any = _RS[8], _s9: Any = _RS[9], _s10: Any = _RS[10],
 ) -> ProgressReport:
     r: ProgressReport = _new(_cls)
     _s0(r, job_id)
@@ -411,6 +413,7 @@ def _fast_report(
     _s7(r, expected_work)
     _s8(r, granted_work)
     _s9(r, done)
+    _s10(r, available_work)
     return r
 
 
@@ -459,7 +462,7 @@ def decode_report(frame: Any, limits: WireLimits = DEFAULT_LIMITS) -> ProgressRe
     except Exception as exc:
         raise _undecodable(exc) from None
     if type(obj) is tuple and len(obj) == _REPORT_LEN:
-        v, k, job, sub, node, inc, seq, t_r, t_v, x, x_bar, done = obj
+        v, k, job, sub, node, inc, seq, t_r, t_v, x, x_bar, done, avail = obj
         # Fast path: a canonical frame. It may refuse a valid frame (ints in float
         # fields); the slow path below is the authority. A bitwise OR of ints is in
         # [0, 2**63) exactly when each of them is; the chained float comparisons are
@@ -478,6 +481,7 @@ def decode_report(frame: Any, limits: WireLimits = DEFAULT_LIMITS) -> ProgressRe
             and type(x) is float
             and type(x_bar) is float
             and type(done) is bool
+            and type(avail) is float
             and job
             and node
             and 0 <= (sub | inc | seq) <= MAX_WIRE_INT
@@ -485,8 +489,9 @@ def decode_report(frame: Any, limits: WireLimits = DEFAULT_LIMITS) -> ProgressRe
             and 0.0 <= t_v < _INF
             and 0.0 <= x < _INF
             and 0.0 <= x_bar < _INF
+            and 0.0 <= avail < _INF
         ):
-            return _build_report(job, sub, node, inc, seq, t_r, t_v, x, x_bar, done)
+            return _build_report(job, sub, node, inc, seq, t_r, t_v, x, x_bar, done, avail)
     _check_envelope(obj, FrameKind.PROGRESS, _REPORT_LEN)
     return _build_report(*_slow_fields(obj, _REPORT_FIELDS, limits))
 

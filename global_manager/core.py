@@ -19,6 +19,7 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from coallocator.controller import initial_rate_cap
 from global_manager.admission import (
     AdmissionPolicy,
     NodeLoad,
@@ -157,6 +158,7 @@ class GlobalManagerCore:
             return Admission(job_id, False, reply.reason)
 
         subtasks = []
+        strict = spec.qos is QosClass.STRICT
         for i, node in enumerate(reply.nodes):
             src = spec.subtasks[i] if spec.subtasks else None
             subtasks.append(
@@ -172,6 +174,13 @@ class GlobalManagerCore:
                     demand=(src.demand if src and src.demand else Demand()),
                     command=src.command if src else None,
                     start_time=now,
+                    rate_cap=initial_rate_cap(
+                        self.policy.controller_config,
+                        self.policy.controller,
+                        strict,
+                        len(reply.nodes),
+                        rates[i],
+                    ),
                 )
             )
         for s in subtasks:

@@ -159,6 +159,7 @@ class _LastCycle:
     queue_cpu: Mapping[QueueName, float]
     virtual_idle: float
     lent: float
+    available: Mapping[tuple[str, int], float] | None = None
 
 
 class _Entry:
@@ -352,6 +353,7 @@ class LocalScheduler:
         n_virtual = 0
         paced = self.config.virtual_mode is VirtualSubtaskMode.PACED
         released = 0.0  # QoS demand (Mcycles) the rate caps hold back this cycle
+        uncapped: dict[tuple[str, int], float] = {}  # demand of capped entries without cap
         for e in entries:
             s = e.subtask
             by_queue[e.queue].append(e)
@@ -360,6 +362,8 @@ class LocalScheduler:
             left = s.work - s.done_work
             c = left if left < per else per
             if paced:
+                if s.rate_cap > 0:
+                    uncapped[s.key] = c
                 if s.rate_cap > 0 and s.rate_cap * cycle < c:
                     released += c - s.rate_cap * cycle
                     c = s.rate_cap * cycle
@@ -376,13 +380,15 @@ class LocalScheduler:
 
         queue_cpu = self._split_queues(capacity, queue_demand)
         lendable = 0.0
+        qos_share_cpu = self._queue_shares[_QUEUES.index(QueueName.QOS)] * capacity
         if released > 0 and self.config.lend_paced and not self.config.work_conserving:
             # The QoS share the caps left unused (beyond what the queue could not have used
             # anyway) is lent to the other queues: a slow-down does not idle the CPU.
             qi = _QUEUES.index(QueueName.QOS)
-            uncapped = min(queue_demand[qi] + released, capacity)
-            share = self._queue_shares[qi] * capacity
-            lendable = max(0.0, min(uncapped, share) - min(queue_demand[qi], share))
+            wanted = min(queue_demand[qi] + released, capacity)
+            lendable = max(
+                0.0, min(wanted, qos_share_cpu) - min(queue_demand[qi], qos_share_cpu)
+            )
 
         granted: dict[tuple[str, int], float] = {}
         virtual_idle = 0.0
@@ -399,18 +405,40 @@ class LocalScheduler:
                 by_queue[QueueName.BEST_EFFORT], virtual_idle, cap, granted
             )
             virtual_idle -= lent
+        lent_from_qos = 0.0
         if lendable > 0:
-            lent += self._lend_to_queues(by_queue, lendable, cap, granted)
-        if paced and self.config.borrow_idle and not self.config.work_conserving:
+            lent_from_qos = self._lend_to_queues(by_queue, lendable, cap, granted)
+            lent += lent_from_qos
+        borrow = paced and self.config.borrow_idle and not self.config.work_conserving
+        if borrow:
             idle = capacity - sum(queue_cpu.values()) - lent
             if idle > 1e-9 * capacity:
                 lent += self._lend_to_best_effort(by_queue[QueueName.QOS], idle, cap, granted)
 
+        available: dict[tuple[str, int], float] | None = None
+        if uncapped:
+            # What a capped subtask could have had without its cap: its own grant plus
+            # what nobody used (all the node's CPU when idle CPU may be borrowed, else the
+            # QoS share) and what the caps made the QoS queue lend out; at most its demand.
+            if borrow or self.config.work_conserving:
+                spare = capacity - sum(granted.values()) + lent_from_qos
+            else:
+                spare = qos_share_cpu - sum(
+                    granted.get(e.subtask.key, 0.0) for e in by_queue[QueueName.QOS]
+                )
+            spare = max(0.0, spare)
+            available = {
+                key: min(demand, granted.get(key, 0.0) + spare) for key, demand in uncapped.items()
+            }
+
         result = self._account(
-            real_time, cycle, entries, granted, queue_cpu, virtual_idle, lent, capacity
+            real_time, cycle, entries, granted, queue_cpu, virtual_idle, lent, capacity,
+            available=available,
         )
         self._last = (
-            None if result.finished else _LastCycle(cycle, granted, queue_cpu, virtual_idle, lent)
+            None
+            if result.finished
+            else _LastCycle(cycle, granted, queue_cpu, virtual_idle, lent, available)
         )
         return result
 
@@ -599,6 +627,7 @@ class LocalScheduler:
             last.lent,
             self.node.cpu_rate * cycle,
             repeat=cycles,
+            available=last.available,
         )
 
     @staticmethod
@@ -637,9 +666,12 @@ class LocalScheduler:
         lent: float,
         capacity: float,
         repeat: int = 1,
+        available: Mapping[tuple[str, int], float] | None = None,
     ) -> CycleResult:
         """Book ``repeat`` identical cycles of ``cycle`` s whose per-cycle grants are
-        ``granted`` (Mcycles); the result reports totals over the span."""
+        ``granted`` (Mcycles); the result reports totals over the span. ``available``:
+        per capped subtask, the Mcycles per cycle it could have had without its cap
+        (reported as ``available_work``; the others report their grant)."""
         m = float(repeat)
         node_name = self.node.name
         grants: list[Grant] = []
@@ -672,9 +704,13 @@ class LocalScheduler:
             grants.append(Grant(s.job_id, s.index, e.queue, x, g, tv))
             if e.queue is qos:
                 seq += 1
+                a = g
+                if available is not None and key in available:
+                    a = available[key] * m
                 reports.append(
                     ProgressReport(
-                        s.job_id, s.index, node_name, incarnation, seq, real_time, tv, x, g, done
+                        s.job_id, s.index, node_name, incarnation, seq, real_time, tv, x, g, done,
+                        a,
                     )
                 )
         self._seq = seq

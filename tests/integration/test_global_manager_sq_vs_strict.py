@@ -74,9 +74,7 @@ def test_sq_keeps_subtasks_closer_in_phase_than_the_paper(
         (3, 100.0),
         (3, 500.0),
         (6, 100.0),
-        _known_gap(6, 500.0, "measured 80.5 s against strict's 443.9 s (0.18x): a job's "
-                   "first control period runs uncapped, and on idle nodes that borrow "
-                   "CPU a weight-1 subtask runs up to 48x its expected rate"),
+        (6, 500.0),
     ],
 )
 def test_sq_keeps_subtasks_within_a_tenth_of_strict_phase_difference(
@@ -91,7 +89,8 @@ def test_sq_keeps_subtasks_within_a_tenth_of_strict_phase_difference(
     [
         (3, 100.0),
         (3, 500.0),
-        _known_gap(6, 100.0, "measured 70 admitted against strict's 73"),
+        _known_gap(6, 100.0, "measured 69 admitted against strict's 73 (seed 1): "
+                   "early admissions differ and the later stream follows them"),
         (6, 500.0),
     ],
 )
@@ -107,8 +106,8 @@ def test_sq_admits_at_least_as_many_jobs_as_strict(
     [
         (3, 100.0),
         (3, 500.0),
-        _known_gap(6, 100.0, "measured utilisation 0.2912 against strict's 0.2928 "
-                   "(3 fewer jobs admitted)"),
+        _known_gap(6, 100.0, "measured utilisation 0.2925 against strict's 0.2928 "
+                   "(4 fewer jobs admitted)"),
         (6, 500.0),
     ],
 )
