@@ -154,12 +154,12 @@ class TreeCpuMeter:
 
     The tree starts from ``root`` (pid, create time) and the processes in ``known`` (pid
     -> create time, e.g. from a checkpoint); ``retired_s`` is CPU already counted for
-    processes no longer present. :meth:`scan` is a full scan (every process's parent) and
-    also descends from the pids ``extra_roots`` returns (given the parent map);
+    processes no longer present. :meth:`scan` is a full scan (every process's parent);
     :meth:`refresh` re-reads the known members and follows their ``children`` lists
-    (cheap; misses orphans and children of non-main threads until the next scan, which
-    then counts their whole CPU time). A member reaped by the caller is handed to
-    :meth:`retire` first, so its time is kept. The total never decreases.
+    (cheap; misses children of non-main threads until the next scan, which then counts
+    their whole CPU time). Both also descend from the pids ``extra_roots`` returns
+    (called with True on a full scan, False on a refresh). A member reaped by the caller
+    is handed to :meth:`retire` first, so its time is kept. The total never decreases.
     """
 
     def __init__(
@@ -169,7 +169,7 @@ class TreeCpuMeter:
         *,
         known: Mapping[int, float] | None = None,
         retired_s: float = 0.0,
-        extra_roots: Callable[[Mapping[int, int]], Iterable[int]] | None = None,
+        extra_roots: Callable[[bool], Iterable[int]] | None = None,
     ) -> None:
         self.table = table
         self.root_pid = root[0]
@@ -214,15 +214,18 @@ class TreeCpuMeter:
         kids: dict[int, list[int]] = {}
         for pid, ppid in parents.items():
             kids.setdefault(ppid, []).append(pid)
-        roots = set(self._known)
-        if self._extra_roots is not None:
-            roots.update(self._extra_roots(parents))
-        self._walk(roots, lambda pid: kids.get(pid, ()))
+        self._walk(self._roots(True), lambda pid: kids.get(pid, ()))
         return self.members
 
     def refresh(self) -> None:
         """Re-read the known members and their children (no full scan)."""
-        self._walk(set(self._known), self.table.children)
+        self._walk(self._roots(False), self.table.children)
+
+    def _roots(self, full: bool) -> set[int]:
+        roots = set(self._known)
+        if self._extra_roots is not None:
+            roots.update(self._extra_roots(full))
+        return roots
 
     def retire(self, sample: ProcSample) -> None:
         """Keep the final figures of a member the caller is about to reap."""

@@ -350,6 +350,7 @@ class ProcessExecutor:
         self._cgroup: SubtaskCgroup | None = None
         self._cgroup_offset_s = 0.0
         self._outsiders: list[int] = []
+        self._owner_kids: set[int] = set()
         self._signalled: set[tuple[int, int]] = set()
         self._group_alive = False
         self._stopped = False
@@ -487,19 +488,23 @@ class ProcessExecutor:
             extra_roots=self._extra_roots,
         )
 
-    def _extra_roots(self, parents: Mapping[int, int]) -> list[int]:
+    def _extra_roots(self, full: bool) -> list[int]:
         """Roots beyond the known members: the cgroup's processes, and this process's
-        children that carry the subtask's tag (orphans re-parented to the subreaper)."""
+        children that carry the subtask's tag (orphans re-parented to the subreaper).
+        A full scan examines every child of this process; a refresh only those that are
+        new since the last look (the other subtasks' leaders are children too)."""
         roots: list[int] = []
         if self._cgroup is not None:
             try:
                 roots.extend(self._cgroup.procs())
             except OSError:
                 pass
-        me = os.getpid()
+        kids = PSUTIL.children(os.getpid())
+        new = kids if full else [pid for pid in kids if pid not in self._owner_kids]
+        self._owner_kids = set(kids)
         known = self._meter.known if self._meter is not None else {}
-        for pid, ppid in parents.items():
-            if ppid == me and pid != self._pid and pid not in known:
+        for pid in new:
+            if pid != self._pid and pid not in known:
                 env = PSUTIL.environ(pid)
                 if env is not None and env.get(TAG_ENV) == self._tag:
                     roots.append(pid)
@@ -861,7 +866,8 @@ class ProcessExecutor:
             self._stopped = stopped
 
     def _find_outsiders(self) -> None:
-        """Live members that left the process group (they need signals of their own)."""
+        """Live members that left the process group (they need signals of their own);
+        one found while the subtask is stopped is stopped at once."""
         assert self._meter is not None
         if self._cgroup is not None:
             # The cgroup lists exactly the live members: cheap, and never a stale pid.
@@ -876,11 +882,17 @@ class ProcessExecutor:
                         outsiders.append(pid)
                 except ProcessLookupError:
                     continue
-            self._outsiders = outsiders
-            return
-        self._outsiders = [
-            s.pid for s in self._meter.members if not s.is_zombie and s.pgid != self._pid
-        ]
+        else:
+            outsiders = [
+                s.pid for s in self._meter.members if not s.is_zombie and s.pgid != self._pid
+            ]
+        if self._stopped and self._group_alive:
+            for pid in set(outsiders).difference(self._outsiders):
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+        self._outsiders = outsiders
 
     def _scan(self) -> None:
         """Full scan: every member, orphans and cgroup members included."""

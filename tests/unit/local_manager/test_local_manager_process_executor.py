@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
 from pathlib import Path
 
 import psutil
@@ -243,17 +242,21 @@ def test_extra_roots_bring_in_orphans_and_their_children() -> None:
     table.put(300, ppid=7, pgid=300, cpu=0.2)  # an orphan of ours the caller recognised
     table.put(301, ppid=300, pgid=300, cpu=0.3)
     table.put(400, ppid=7, cpu=5.0)  # not the subtask's
-    seen: list[dict[int, int]] = []
+    calls: list[bool] = []
 
-    def extra(parents: Mapping[int, int]) -> list[int]:
-        seen.append(dict(parents))
+    def extra(full: bool) -> list[int]:
+        calls.append(full)
         return [300]
 
     meter = TreeCpuMeter(table, (100, CREATED), extra_roots=extra)
     meter.scan()
     assert sorted(m.pid for m in meter.members) == [100, 300, 301]
     assert meter.total_s == pytest.approx(0.6)
-    assert seen[0][301] == 300  # the caller is given the full parent map
+    table.put(302, ppid=300, pgid=300, cpu=0.1)
+    table.kids = {300: [301, 302]}
+    meter.refresh()  # the extra roots' children lists are followed between scans too
+    assert sorted(m.pid for m in meter.members) == [100, 300, 301, 302]
+    assert calls == [True, False]
 
 
 def test_meter_is_monotone_when_a_member_vanishes_mid_read() -> None:
