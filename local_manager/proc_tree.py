@@ -26,6 +26,7 @@ The one file read here that psutil does not offer is ``/proc/<pid>/task/<pid>/ch
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import threading
 from collections import deque
@@ -91,8 +92,12 @@ class ProcessTable(Protocol):
     def children(self, pid: int) -> list[int]:
         """Direct children of ``pid`` without a full scan; may miss some ([] if unknown)."""
 
-    def parents(self) -> dict[int, int]:
-        """pid -> parent pid of every process on the machine (a full scan)."""
+    def descendants(self, pid: int) -> list[int]:
+        """Every descendant of ``pid``, parents before children (a full scan); [] if
+        ``pid`` is gone."""
+
+    def pids(self) -> list[int]:
+        """Every pid on the machine, ascending."""
 
     def environ(self, pid: int) -> dict[str, str] | None:
         """``pid``'s environment as it was at exec; None if unreadable (another user's,
@@ -124,13 +129,14 @@ class PsutilTable:
         except OSError:
             return []
 
-    def parents(self) -> dict[int, int]:
-        out = {}
-        for proc in psutil.process_iter(["ppid"]):
-            ppid = proc.info["ppid"]
-            if ppid is not None:
-                out[proc.pid] = ppid
-        return out
+    def descendants(self, pid: int) -> list[int]:
+        try:
+            return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return []
+
+    def pids(self) -> list[int]:
+        return sorted(psutil.pids())
 
     def environ(self, pid: int) -> dict[str, str] | None:
         try:
@@ -184,48 +190,64 @@ class TreeCpuMeter:
         total = self._retired + sum(s.cpu_s for s in self._members.values())
         self._high = max(self._high, total)
 
-    def _walk(self, roots: Iterable[int], kids_of: Callable[[int], Iterable[int]]) -> None:
-        # Parents before children (roots in order of creation, then each one's children
-        # after it): a child reaped between the two reads is then missed once, not
-        # counted twice.
-        todo = deque(sorted(set(roots), key=lambda p: (self._known.get(p, float("inf")), p)))
-        fresh: dict[int, ProcSample] = {}
-        while todo:
-            pid = todo.popleft()
-            if pid in fresh:
-                continue
-            sample = self.table.sample(pid)
-            if sample is None:
-                continue
-            seen = self._known.get(pid)
-            if seen is not None and not same_process(seen, sample.create_time):
-                continue  # the pid now names another process
-            fresh[pid] = sample
-            if not sample.is_zombie:
-                todo.extend(kids_of(pid))
+    def _read(self, pid: int) -> ProcSample | None:
+        """``pid``'s reading, None if it is gone or its pid now names another process."""
+        sample = self.table.sample(pid)
+        if sample is None:
+            return None
+        seen = self._known.get(pid)
+        if seen is not None and not same_process(seen, sample.create_time):
+            return None
+        return sample
+
+    def _ordered_roots(self, full: bool) -> list[int]:
+        roots = set(self._known)
+        if self._extra_roots is not None:
+            roots.update(self._extra_roots(full))
+        # In order of creation (parents before children), unknown ones last.
+        return sorted(roots, key=lambda p: (self._known.get(p, math.inf), p))
+
+    def _settle(self, fresh: dict[int, ProcSample]) -> None:
         self._members = fresh
         # Forget the dead (a pid never comes back with the same create time).
         self._known = {pid: s.create_time for pid, s in fresh.items()}
         self._update()
 
     def scan(self) -> list[ProcSample]:
-        """Full scan; returns the current members."""
-        parents = self.table.parents()
-        kids: dict[int, list[int]] = {}
-        for pid, ppid in parents.items():
-            kids.setdefault(ppid, []).append(pid)
-        self._walk(self._roots(True), lambda pid: kids.get(pid, ()))
+        """Full scan; returns the current members.
+
+        Parents are read before their children (roots in order of creation, then each
+        one's descendants after it): a child reaped between the two reads is then missed
+        once, not counted twice.
+        """
+        fresh: dict[int, ProcSample] = {}
+        for root in self._ordered_roots(True):
+            if root in fresh:
+                continue  # a descendant of an earlier root
+            sample = self._read(root)
+            if sample is None:
+                continue
+            fresh[root] = sample
+            if sample.is_zombie:
+                continue
+            for pid in self.table.descendants(root):
+                if pid not in fresh and (child := self._read(pid)) is not None:
+                    fresh[pid] = child
+        self._settle(fresh)
         return self.members
 
     def refresh(self) -> None:
-        """Re-read the known members and their children (no full scan)."""
-        self._walk(self._roots(False), self.table.children)
-
-    def _roots(self, full: bool) -> set[int]:
-        roots = set(self._known)
-        if self._extra_roots is not None:
-            roots.update(self._extra_roots(full))
-        return roots
+        """Re-read the known members and follow their children lists (no full scan)."""
+        fresh: dict[int, ProcSample] = {}
+        todo = deque(self._ordered_roots(False))
+        while todo:
+            pid = todo.popleft()
+            if pid in fresh or (sample := self._read(pid)) is None:
+                continue
+            fresh[pid] = sample
+            if not sample.is_zombie:
+                todo.extend(self.table.children(pid))
+        self._settle(fresh)
 
     def retire(self, sample: ProcSample) -> None:
         """Keep the final figures of a member the caller is about to reap."""
@@ -291,7 +313,7 @@ def stale_subtasks(
     alive: dict[str, bool] = {}
     stale = []
     me = os.getpid()
-    for pid in sorted(table.parents()):
+    for pid in table.pids():
         if pid == me:
             continue
         env = table.environ(pid)
@@ -305,24 +327,6 @@ def stale_subtasks(
         if not alive[owner]:
             stale.append(pid)
     return stale
-
-
-def descendants(pids: Iterable[int], parents: Mapping[int, int]) -> list[int]:
-    """Every descendant of ``pids`` in a pid -> parent map (the pids excluded)."""
-    kids: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        kids.setdefault(ppid, []).append(pid)
-    start = set(pids)
-    out: list[int] = []
-    seen = set(start)
-    todo = deque(start)
-    while todo:
-        for child in kids.get(todo.popleft(), ()):
-            if child not in seen:
-                seen.add(child)
-                out.append(child)
-                todo.append(child)
-    return out
 
 
 # --------------------------------------------------------------------------- subreaper

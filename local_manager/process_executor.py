@@ -121,7 +121,6 @@ from local_manager.proc_tree import (
     PsutilTable,
     TreeCpuMeter,
     acquire_child_subreaper,
-    descendants,
     owner_marker,
     release_child_subreaper,
     same_process,
@@ -199,7 +198,9 @@ def reap_stale_subtasks(
     stale = stale_subtasks(PSUTIL, keep)
     if not stale:
         return []
-    targets = set(stale) | set(descendants(stale, PSUTIL.parents()))
+    targets = set(stale)
+    for pid in stale:
+        targets.update(PSUTIL.descendants(pid))
     cgroups: dict[Path, SubtaskCgroup] = {}
     for pid in stale:
         path = process_cgroup_dir(pid, proc_root)

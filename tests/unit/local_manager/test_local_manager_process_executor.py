@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from local_manager.proc_tree import descendants
 from local_manager.process_executor import (
     CGROUP_PARENT_ENV,
     OWNER_ENV,
@@ -79,8 +78,17 @@ class FakeTable:
     def children(self, pid: int) -> list[int]:
         return list(self.kids.get(pid, []))
 
-    def parents(self) -> dict[int, int]:
-        return {pid: s.ppid for pid, s in self.procs.items()}
+    def descendants(self, pid: int) -> list[int]:
+        out, todo = [], [pid]
+        while todo:
+            parent = todo.pop(0)
+            kids = sorted(p for p, s in self.procs.items() if s.ppid == parent)
+            out += kids
+            todo += kids
+        return out
+
+    def pids(self) -> list[int]:
+        return sorted(self.procs)
 
     def environ(self, pid: int) -> dict[str, str] | None:
         return self.envs.get(pid)
@@ -288,13 +296,6 @@ def test_refresh_drops_a_reused_pid() -> None:
     assert [m.pid for m in meter.members] == [100]
 
 
-def test_descendants_of_a_parent_map() -> None:
-    parents = {2: 1, 3: 2, 4: 3, 5: 1, 6: 5}
-    assert sorted(descendants([2], parents)) == [3, 4]
-    assert sorted(descendants([1], parents)) == [2, 3, 4, 5, 6]
-    assert descendants([9], parents) == []
-
-
 def test_stale_subtasks_are_those_whose_owner_is_gone() -> None:
     table = FakeTable()
     table.put(10, created=555.0)  # a live owner
@@ -330,7 +331,8 @@ def test_psutil_table_reads_this_process() -> None:
     t = os.times()
     # psutil reads the same kernel counters as os.times(), in 10 ms ticks.
     assert abs(me.cpu_s - (t.user + t.system + t.children_user + t.children_system)) < 0.05
-    assert table.parents()[os.getpid()] == os.getppid()
+    assert os.getpid() in table.pids()
+    assert os.getpid() in table.descendants(os.getppid())
     env = table.environ(os.getpid())
     assert env is not None and env.get("PATH") == os.environ.get("PATH")
     assert table.sample(2**22 + 12345) is None  # above pid_max: never a process
