@@ -979,20 +979,29 @@ class ProcessExecutor:
                 pass
 
     def _terminate(self, sig: int, timeout_s: float) -> bool:
-        """Send ``sig`` to the group and every live member (and to members that appear
-        meanwhile) until none is left or ``timeout_s`` s pass; True if none is left."""
+        """Send ``sig`` once to every live member (the group with one ``killpg``, the
+        others, and members that appear meanwhile, one by one; SIGKILL also through
+        ``cgroup.kill``) until none is left or ``timeout_s`` s pass; True if none is left.
+        No process gets ``sig`` twice: a second SIGTERM means "force" to some programs."""
         deadline = self._clock() + timeout_s
-        self._signal(sig)
-        while live := self._live_members():
-            if sig == signal.SIGKILL and self._cgroup is not None:
-                try:
-                    self._cgroup.kill()
-                except OSError:
-                    pass
+        live = self._live_members()
+        if sig == signal.SIGKILL and self._cgroup is not None:
+            try:
+                self._cgroup.kill()
+            except OSError:
+                pass
+        if self._group_alive and self._pid is not None:
+            try:
+                os.killpg(self._pid, sig)
+            except ProcessLookupError:
+                pass
+            self._signalled.update((s.pid, sig) for s in live if s.pgid == self._pid)
+        while live:
             self._signal_members(sig, live)
             if self._clock() >= deadline:
                 return False
             self._sleep(_KILL_POLL_S)
+            live = self._live_members()
         return True
 
     def _shutdown(self, final: ExecutorState, grace_s: float) -> None:
@@ -1001,7 +1010,6 @@ class ProcessExecutor:
         if self._live_members():
             # SIGCONT first so that stopped members can act on SIGTERM.
             self._signal(signal.SIGCONT)
-            self._signal_members(signal.SIGCONT, self._meter.members)
             self._stopped = False
             if not self._terminate(signal.SIGTERM, grace_s):
                 self._terminate(signal.SIGKILL, _KILL_SETTLE_S)

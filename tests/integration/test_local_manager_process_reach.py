@@ -349,3 +349,46 @@ def test_attaching_to_a_subtask_whose_leader_is_gone_finishes_and_kills_the_rest
     assert ex.state is ExecutorState.FINISHED
     assert ex.exit_code is None  # reaped by someone else: its status is unknown here
     assert wait_gone(rest) == []
+
+
+COUNTER = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    log, ready = sys.argv[1], sys.argv[2]
+    def note(*_):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\\n")
+    signal.signal(signal.SIGTERM, note)  # counts SIGTERMs and does not exit
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+    else:
+        with open(ready + ".tmp", "w") as f:
+            f.write(f"{os.getpid()} {child}")
+        os.rename(ready + ".tmp", ready)
+    while True:
+        time.sleep(0.01)
+    """
+)
+
+
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+def test_every_member_gets_sigterm_once_then_sigkill(
+    tmp_path: Path, containment: Containment
+) -> None:
+    # SIGTERM reaches the leader and the setsid child exactly once each (a second one
+    # means "force" to some programs), and SIGKILL after the grace ends both.
+    log, ready = tmp_path / "sigterms", tmp_path / "pids"
+    ex = ProcessExecutor(
+        [sys.executable, "-c", COUNTER, str(log), str(ready)],
+        speed_mhz=SPEED_MHZ, containment=containment, grace_s=0.5,
+    )
+    ex.start()
+    pids = wait_for_pids(ex, ready)
+    tree = identities(pids)
+    ex.run_cycle(0.5, 0.1)
+    ex.cancel()
+    assert ex.exit_code == -9  # the leader ignored SIGTERM: killed after the grace
+    assert survivors(tree) == []
+    counts = [int(p) for p in log.read_text().split()]
+    assert sorted(counts) == sorted(pids)
