@@ -520,6 +520,15 @@ class NodeRuntime:
             if rec is not None and rec.state is SubtaskState.RUNNING:
                 rec.state = SubtaskState.CANCELLED
         self._procs.clear()
+        if self._process_factory is _default_process_factory:
+            # Also the subtasks orphaned by a local manager that was killed on this node
+            # (their owner is gone): `coalloc down` leaves none behind.
+            from local_manager.process_executor import reap_stale_subtasks
+
+            try:
+                reap_stale_subtasks()
+            except Exception:  # noqa: BLE001 - best effort while shutting down
+                pass
 
     def _retire_ended(self) -> None:
         """Move subtasks that left the node to the bounded history (described once)."""

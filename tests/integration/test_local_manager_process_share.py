@@ -24,15 +24,17 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from local_manager.process_executor import (
+    Containment,
     CycleUsage,
     ExecutorState,
     LimitMode,
     ProcessExecutor,
-    ProcFs,
     acquire_child_subreaper,
+    detect_cgroup_containment,
     reap_stale_subtasks,
     release_child_subreaper,
 )
@@ -91,19 +93,59 @@ def assert_share_held(usages: list[CycleUsage], share: float, what: str) -> None
         assert achieved >= share - SHARE_TOL
 
 
+CGROUP_AVAILABLE = detect_cgroup_containment()[0] is not None
+CONTAINMENTS = [
+    pytest.param(
+        Containment.CGROUP,
+        marks=pytest.mark.skipif(not CGROUP_AVAILABLE, reason="no writable cgroup v2 here"),
+    ),
+    Containment.PROCESS_TREE,
+]
+
+
+def group(pgid: int) -> list[psutil.Process]:
+    """Every process (zombies included) whose process group is ``pgid``."""
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                out.append(proc)
+        except ProcessLookupError:
+            continue
+    return out
+
+
+def statuses(procs: list[psutil.Process]) -> set[str]:
+    out = set()
+    for proc in procs:
+        try:
+            out.add(proc.status())
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
 def group_states_settle(pgid: int) -> set[str]:
     """The set of states of the group's members once SIGSTOP has been acted on.
 
     A signal is delivered when the process next runs; on a busy machine a runnable member
-    may show ``R`` for a moment after SIGSTOP was sent, so poll for up to a second.
+    may show ``running`` for a moment after SIGSTOP was sent, so poll for up to a second.
     """
     states: set[str] = set()
     for _ in range(100):
-        states = {m.state for m in ProcFs().group(pgid)}
-        if states == {"T"}:
+        states = statuses(group(pgid))
+        if states == {psutil.STATUS_STOPPED}:
             break
         time.sleep(0.01)
     return states
+
+
+def alive(pid: int, created: float) -> bool:
+    """True if the process ``pid`` created at ``created`` still exists, zombie or not."""
+    try:
+        return abs(psutil.Process(pid).create_time() - created) < 0.05
+    except psutil.NoSuchProcess:
+        return False
 
 
 def is_child_subreaper() -> bool:
@@ -114,7 +156,7 @@ def is_child_subreaper() -> bool:
 
 
 def assert_group_gone(pgid: int) -> None:
-    assert ProcFs().group(pgid) == [], "a member of the group is still in /proc"
+    assert group(pgid) == [], "a member of the group is still in /proc"
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)
 
@@ -144,7 +186,7 @@ def test_cpu_bound_command_is_held_to_its_share(
         else:
             usages.append(asyncio.run(drive_cycle(ex, share, 0.5)))
         # Between cycles the group is held stopped.
-        assert group_states_settle(pgid) == {"T"}
+        assert group_states_settle(pgid) == {psutil.STATUS_STOPPED}
     assert_share_held(usages, share, f"busy loop ({driver})")
     for u in usages:
         assert u.state is ExecutorState.RUNNING and u.exit_code is None
@@ -159,24 +201,34 @@ def test_cpu_bound_command_is_held_to_its_share(
     assert abs(ex.cpu_s_total - own) <= 3 * TICK_S
 
 
-def test_children_are_accounted_and_cancel_kills_the_whole_group(tmp_path: Path) -> None:
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+def test_children_are_accounted_and_cancel_kills_the_whole_group(
+    tmp_path: Path, containment: Containment
+) -> None:
     argv, report = busy_argv(tmp_path, children=2)
-    ex = ProcessExecutor(argv, speed_mhz=SPEED_MHZ, mode=LimitMode.DUTY_CYCLE, grace_s=1.0)
+    ex = ProcessExecutor(
+        argv,
+        speed_mhz=SPEED_MHZ,
+        mode=LimitMode.DUTY_CYCLE,
+        containment=containment,
+        grace_s=1.0,
+    )
     ex.start()
+    assert ex.containment is containment
     pgid = ex.pgid
     assert pgid is not None
     usages = [ex.run_cycle(0.5, 0.4) for _ in range(3)]
     assert is_child_subreaper()  # while a subtask runs, its orphans come back to us
-    members = ProcFs().group(pgid)
+    members = group(pgid)
     assert len(members) == 3  # the leader and its two children, all in the group
+    assert {m.pid for m in ex.members()} == {m.pid for m in members}
     ex.cancel()
     assert ex.state is ExecutorState.CANCELLED
     assert_group_gone(pgid)
     assert ex.leftover_pids == ()
     assert not is_child_subreaper()  # and only then
     for m in members:
-        st = ProcFs().read_stat(m.pid)
-        assert st is None or st.pgrp != pgid
+        assert not m.is_running()
     own = self_reported(report)
     assert set(own) == {m.pid for m in members}  # all three got SIGTERM and reported
     # Three busy processes together were held to half a core ...
@@ -228,8 +280,7 @@ def test_finish_reports_exit_code_keeps_reaped_child_cpu_and_kills_stragglers(
     assert last.exit_code == 3 and ex.exit_code == 3
     assert sum(u.cpu_s for u in usages) >= 0.3 - 2 * TICK_S
     sleeper = int(pidfile.read_text())
-    st = ProcFs().read_stat(sleeper)
-    assert st is None or st.pgrp != pgid
+    assert not psutil.pid_exists(sleeper) or os.getpgid(sleeper) != pgid
     assert_group_gone(pgid)
     # Later cycles of a finished subtask report nothing and do not fail.
     after = ex.run_cycle(1.0, 0.05)
@@ -316,7 +367,7 @@ def test_subtasks_of_a_sigkilled_owner_are_found_and_killed(tmp_path: Path) -> N
         )
         assert owner.returncode == -9
         pgid = int(owner.stdout.strip())
-        assert [m.state for m in ProcFs().group(pgid)] == ["T"]  # left behind, stopped
+        assert statuses(group(pgid)) == {psutil.STATUS_STOPPED}  # left behind, stopped
         killed = reap_stale_subtasks()
         assert pgid in killed
         os.waitpid(pgid, 0)  # re-parented to this process (subreaper): reap it
@@ -343,55 +394,78 @@ def test_cgroup_mode_falls_back_when_the_kernel_refuses(tmp_path: Path) -> None:
 
 
 class RecordingCgroup:
-    """Stands in for a cgroup: records what the executor asks of it."""
+    """Stands in for a subtask cgroup with the cpu controller (the development machine
+    has none on cgroup v2): records what the executor asks of it; membership and usage
+    come from the processes themselves."""
 
     calls: list[tuple[str, object]] = []
 
-    def __init__(self, parent: Path, name: str) -> None:
-        self.calls.append(("create", name))
+    def __init__(self, name: str) -> None:
+        self.path = Path("/nonexistent") / name
+        self.moved: list[int] = []
+        self.has_cpu_max = True
+
+    @classmethod
+    def create(cls, parent: Path, name: str) -> RecordingCgroup:
+        cls.calls.append(("create", name))
+        return cls(name)
 
     def set_share(self, share: float) -> None:
         self.calls.append(("share", share))
 
-    def add(self, pids: object) -> None:
-        self.calls.append(("add", sorted(pids)))  # type: ignore[call-overload]
+    def add(self, pids: list[int]) -> list[int]:
+        self.calls.append(("add", sorted(pids)))
+        self.moved.extend(pids)
+        return list(pids)
 
-    def remove(self) -> None:
+    def procs(self) -> list[int]:
+        return [pid for pid in self.moved if psutil.pid_exists(pid)]
+
+    def usage_s(self) -> float:
+        return 0.0
+
+    def kill(self) -> bool:
+        self.calls.append(("kill", None))
+        return True
+
+    def remove(self) -> bool:
         self.calls.append(("remove", None))
+        return True
 
 
 def test_cgroup_mode_wiring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import local_manager.process_executor as pe
 
-    monkeypatch.setattr(pe, "CgroupCpuLimit", RecordingCgroup)
+    monkeypatch.setattr(pe, "SubtaskCgroup", RecordingCgroup)
     RecordingCgroup.calls = []
     delegated = tmp_path / "delegated"
     delegated.mkdir()
     (delegated / "cgroup.subtree_control").write_text("cpu memory\n")
+    (delegated / "cgroup.procs").write_text("")
     ex = ProcessExecutor(["sleep", "60"], speed_mhz=SPEED_MHZ, cgroup_parent=delegated)
+    assert ex.containment is Containment.CGROUP
     ex.start()
     pid = ex.pid
+    assert pid is not None
     try:
         assert ex.mode is LimitMode.CGROUP_V2
         usage = ex.run_cycle(0.3, 0.05)
         assert usage.mode is LimitMode.CGROUP_V2 and usage.run_s == usage.wall_s
         # The quota does the limiting: the group is left running between cycles (SIGCONT
         # takes effect when sent, so one look suffices).
-        assert {m.state for m in ProcFs().group(pid)} == {"S"}  # type: ignore[arg-type]
+        assert statuses(group(pid)) == {psutil.STATUS_SLEEPING}
         ex.run_cycle(0.0, 0.05)  # a share of 0 stops the group
-        assert group_states_settle(pid) == {"T"}  # type: ignore[arg-type]
+        assert group_states_settle(pid) == {psutil.STATUS_STOPPED}
     finally:
         ex.close()
-    assert RecordingCgroup.calls == [
-        ("create", f"coalloc-{os.getpid()}-{pid}"),
+    assert RecordingCgroup.calls[:5] == [
+        ("create", f"coalloc-{ex.tag}"),
         ("share", 0.0),
         ("add", [pid]),
         ("share", 0.3),
-        ("add", [pid]),
         ("share", 0.0),
-        ("add", [pid]),
-        ("remove", None),
     ]
+    assert RecordingCgroup.calls[-1] == ("remove", None)
 
 
 def test_a_member_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:

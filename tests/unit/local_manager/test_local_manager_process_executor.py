@@ -1,13 +1,16 @@
-"""The process executor's pure parts: argv validation, /proc parsing on a fake /proc,
-group CPU accounting, cgroup v2 detection and mode selection, and the duty-cycle pacer
-driven by a fake clock and a simulated process group."""
+"""The process executor's pure parts: argv validation, process-tree CPU accounting on a
+fake process table, stale-subtask detection, executor records, cgroup v2 detection and
+mode selection, and the duty-cycle pacer driven by a fake clock and a simulated process
+group."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
 
+import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,18 +18,23 @@ from hypothesis import strategies as st
 from local_manager.process_executor import (
     CGROUP_PARENT_ENV,
     OWNER_ENV,
-    CgroupCpuLimit,
+    TAG_ENV,
+    Containment,
     DutyCyclePacer,
+    ExecutorRecord,
     ExecutorState,
-    GroupCpuMeter,
     LimitMode,
     ProcessExecutor,
-    ProcFs,
+    ProcSample,
+    PsutilTable,
+    SubtaskCgroup,
+    TreeCpuMeter,
     cgroup2_mounts,
     cpu_max_value,
+    detect_cgroup_containment,
     detect_cgroup_v2,
     own_cgroup2_path,
-    parse_proc_stat,
+    owner_marker,
     select_limit_mode,
     share_for_grant,
     stale_subtasks,
@@ -35,43 +43,55 @@ from local_manager.process_executor import (
 
 # ----------------------------------------------------------------------------- helpers
 
-
-def stat_line(
-    pid: int,
-    *,
-    comm: str = "cmd",
-    state: str = "R",
-    ppid: int = 1,
-    pgrp: int = 1,
-    utime: int = 0,
-    stime: int = 0,
-    cutime: int = 0,
-    cstime: int = 0,
-    starttime: int = 1000,
-) -> bytes:
-    """A /proc/<pid>/stat line in the kernel's layout (proc(5)), 52 fields."""
-    fields = [state, ppid, pgrp, pgrp, 0, -1, 4194304, 10, 0, 0, 0]
-    fields += [utime, stime, cutime, cstime, 20, 0, 1, 0, starttime]
-    fields += [0] * 32
-    return f"{pid} ({comm}) {' '.join(str(f) for f in fields)}\n".encode()
+CREATED = 1_700_000_000.0  # a create time (s since the epoch)
 
 
-class FakeProc:
-    """A fake /proc directory tree the tests write stat files into."""
+class FakeTable:
+    """A process table the tests write readings into (the meter's seam in place of
+    psutil). ``kids`` are the cheap children lists (set explicitly: they may lag)."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
+    def __init__(self) -> None:
+        self.procs: dict[int, ProcSample] = {}
+        self.kids: dict[int, list[int]] = {}
+        self.envs: dict[int, dict[str, str]] = {}
 
-    def put(self, pid: int, **kw: object) -> None:
-        d = self.root / str(pid)
-        d.mkdir(exist_ok=True)
-        (d / "stat").write_bytes(stat_line(pid, **kw))  # type: ignore[arg-type]
+    def put(
+        self,
+        pid: int,
+        *,
+        ppid: int = 1,
+        pgid: int = 100,
+        status: str = psutil.STATUS_RUNNING,
+        created: float = CREATED,
+        cpu: float = 0.0,
+    ) -> ProcSample:
+        sample = ProcSample(pid, ppid, pgid, status, created, cpu)
+        self.procs[pid] = sample
+        return sample
 
     def drop(self, pid: int) -> None:
-        d = self.root / str(pid)
-        (d / "stat").unlink()
-        d.rmdir()
+        del self.procs[pid]
+
+    def sample(self, pid: int) -> ProcSample | None:
+        return self.procs.get(pid)
+
+    def children(self, pid: int) -> list[int]:
+        return list(self.kids.get(pid, []))
+
+    def descendants(self, pid: int) -> list[int]:
+        out, todo = [], [pid]
+        while todo:
+            parent = todo.pop(0)
+            kids = sorted(p for p, s in self.procs.items() if s.ppid == parent)
+            out += kids
+            todo += kids
+        return out
+
+    def pids(self) -> list[int]:
+        return sorted(self.procs)
+
+    def environ(self, pid: int) -> dict[str, str] | None:
+        return self.envs.get(pid)
 
 
 # ----------------------------------------------------------------------------- argv
@@ -152,156 +172,232 @@ def test_share_for_grant_converts_mcycles_to_cores() -> None:
         share_for_grant(1.0, 0.0, 1.0)
 
 
-# ----------------------------------------------------------------------------- /proc
+# ----------------------------------------------------------------------------- process trees
 
 
-def test_stat_parsing_survives_odd_command_names() -> None:
-    line = stat_line(
-        42, comm="a) (b c) x", state="S", ppid=7, pgrp=40, utime=11, stime=3, cutime=5,
-        cstime=2, starttime=987,
-    )
-    st = parse_proc_stat(line)
-    assert (st.pid, st.state, st.ppid, st.pgrp) == (42, "S", 7, 40)
-    assert (st.utime, st.stime, st.cutime, st.cstime, st.starttime) == (11, 3, 5, 2, 987)
-    assert st.ticks == 21
-    assert not st.is_zombie
-    assert parse_proc_stat(stat_line(1, state="Z")).is_zombie
-
-
-def test_stat_parsing_matches_the_real_kernel_for_this_process() -> None:
-    with open("/proc/self/stat", "rb") as f:
-        st = parse_proc_stat(f.read())
-    assert st.pid == os.getpid()
-    assert st.ppid == os.getppid()
-    assert st.pgrp == os.getpgrp()
-    # The kernel counts this process's CPU in ticks; os.times() reports the same counters.
-    t = os.times()
-    tck = os.sysconf("SC_CLK_TCK")
-    assert st.utime + st.stime <= round((t.user + t.system) * tck) + 1
-
-
-@pytest.mark.parametrize(
-    "data", [b"", b"12 (x", b"12 (cmd) R 1", b"x (cmd) R 1 2 3 4 5 6 7 8 9 10 11 12 13 14"]
-)
-def test_malformed_stat_names_the_file(data: bytes) -> None:
-    with pytest.raises(ValueError, match="/proc/9/stat: malformed"):
-        parse_proc_stat(data, "/proc/9/stat")
-
-
-def test_group_listing_on_a_fake_proc(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path / "proc")
-    proc.put(100, pgrp=100, utime=10)
-    proc.put(101, pgrp=100, ppid=100, utime=5, comm="child (worker)")
-    proc.put(102, pgrp=100, ppid=100, state="Z", stime=2)
-    proc.put(200, pgrp=200, utime=99)  # another group
-    (proc.root / "300").mkdir()  # exited between listing and reading: no stat file
-    (proc.root / "self").mkdir()  # non-numeric entries are not processes
-    (proc.root / "sys").mkdir()
-    fs = ProcFs(proc.root, clk_tck=100)
-    members = fs.group(100)
-    assert sorted(m.pid for m in members) == [100, 101, 102]
-    assert fs.read_stat(300) is None
-    assert fs.read_stat(999) is None
-    assert fs.group(555) == []
-    assert ProcFs(tmp_path / "nowhere", clk_tck=100).pids() == []
-
-
-def test_meter_counts_children_zombies_and_retired_members(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path / "proc")
-    fs = ProcFs(proc.root, clk_tck=100)
-    meter = GroupCpuMeter(fs, 100)
-    proc.put(100, pgrp=100, utime=10, stime=5)
-    proc.put(101, pgrp=100, ppid=100, utime=20)
+def test_tree_meter_counts_children_zombies_and_retired_members() -> None:
+    table = FakeTable()
+    table.put(100, cpu=0.15)
+    table.put(101, ppid=100, cpu=0.20)
+    meter = TreeCpuMeter(table, (100, CREATED))
     meter.scan()
-    assert meter.total_ticks == 35
     assert meter.total_s == pytest.approx(0.35)
 
-    # 101 exits and its parent reaps it: the time moves into the parent's cutime.
-    proc.drop(101)
-    proc.put(100, pgrp=100, utime=12, stime=5, cutime=21)
+    # 101 exits and its parent reaps it: the time moves into the parent's children times.
+    table.drop(101)
+    table.put(100, cpu=0.17 + 0.21)
     meter.refresh()
-    assert meter.total_ticks == 38
+    assert meter.total_s == pytest.approx(0.38)
 
-    # A new child is invisible to refresh() (known pids only) until a full scan.
-    proc.put(102, pgrp=100, ppid=100, utime=7)
+    # A new child is invisible to refresh() (its parent's children list is not known
+    # here) until a full scan.
+    table.put(102, ppid=100, cpu=0.07)
     meter.refresh()
-    assert meter.total_ticks == 38
+    assert meter.total_s == pytest.approx(0.38)
     meter.scan()
-    assert meter.total_ticks == 45
+    assert meter.total_s == pytest.approx(0.45)
 
     # 102 is orphaned to us and reaped here: retire() keeps its final time.
-    zombie = parse_proc_stat(stat_line(102, state="Z", pgrp=100, ppid=1, utime=8))
+    zombie = table.put(102, ppid=1, status=psutil.STATUS_ZOMBIE, cpu=0.08)
     meter.retire(zombie)
-    proc.drop(102)
+    table.drop(102)
     meter.scan()
-    assert meter.total_ticks == 38 + 8
+    assert meter.total_s == pytest.approx(0.38 + 0.08)
+    assert meter.retired_s == pytest.approx(0.08)
 
 
-def test_refresh_follows_children_lists_to_new_members(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path / "proc")
-    meter = GroupCpuMeter(ProcFs(proc.root, clk_tck=100), 100)
-    proc.put(100, pgrp=100, utime=10)
+def test_refresh_follows_children_lists_and_keeps_members_that_left_the_group() -> None:
+    table = FakeTable()
+    table.put(100, cpu=0.10)
+    meter = TreeCpuMeter(table, (100, CREATED))
     meter.scan()
-    # 100 forks 101 (same group) and 102, which moved itself to another group; 101
-    # forks 103.
-    proc.put(101, pgrp=100, ppid=100, utime=4)
-    proc.put(102, pgrp=102, ppid=100, utime=50)
-    proc.put(103, pgrp=100, ppid=101, utime=2)
-    for parent, kids in ((100, "101 102"), (101, "103")):
-        task = proc.root / str(parent) / "task" / str(parent)
-        task.mkdir(parents=True)
-        (task / "children").write_text(kids + " ")
+    # 100 forks 101 and 102, which calls setsid() (its own group); 101 forks 103.
+    table.put(101, ppid=100, cpu=0.04)
+    table.put(102, ppid=100, pgid=102, cpu=0.50)
+    table.put(103, ppid=101, cpu=0.02)
+    table.kids = {100: [101, 102], 101: [103]}
     meter.refresh()
-    assert sorted(m.pid for m in meter.members) == [100, 101, 103]
-    assert meter.total_ticks == 16
+    assert sorted(m.pid for m in meter.members) == [100, 101, 102, 103]
+    assert meter.total_s == pytest.approx(0.66)
+    assert sorted(meter.known) == [100, 101, 102, 103]
 
 
-def test_meter_is_monotone_when_a_member_vanishes_mid_read(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path / "proc")
-    meter = GroupCpuMeter(ProcFs(proc.root, clk_tck=100), 100)
-    proc.put(100, pgrp=100, utime=10)
-    proc.put(101, pgrp=100, utime=30)
+def test_a_remembered_member_stays_one_after_its_parent_dies() -> None:
+    # 102 called setsid(); then its parent 101 exited and 102 was re-parented to PID 1,
+    # outside the leader's tree. It is still the subtask's (remembered by pid and create
+    # time), and so are the children it forks later.
+    table = FakeTable()
+    table.put(100, cpu=0.1)
+    table.put(101, ppid=100, cpu=0.1)
+    table.put(102, ppid=101, pgid=102, cpu=0.3, created=CREATED + 1)
+    meter = TreeCpuMeter(table, (100, CREATED))
     meter.scan()
-    # Reaped by someone we did not see yet: the reading drops, the figure does not.
-    proc.drop(101)
+    table.drop(101)
+    table.put(102, ppid=1, pgid=102, cpu=0.4, created=CREATED + 1)
+    table.put(104, ppid=102, pgid=102, cpu=0.05, created=CREATED + 2)
     meter.scan()
-    assert meter.total_ticks == 40
-    proc.put(100, pgrp=100, utime=10, cutime=31)
+    assert sorted(m.pid for m in meter.members) == [100, 102, 104]
+    # A stranger that later gets a remembered pid is not adopted.
+    table.drop(104)
+    table.put(104, ppid=1, cpu=9.0, created=CREATED + 50)
     meter.scan()
-    assert meter.total_ticks == 41
+    assert sorted(m.pid for m in meter.members) == [100, 102]
 
 
-def test_refresh_drops_a_reused_pid(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path / "proc")
-    meter = GroupCpuMeter(ProcFs(proc.root, clk_tck=100), 100)
-    proc.put(100, pgrp=100, utime=10)
-    proc.put(101, pgrp=100, utime=30, starttime=500)
+def test_extra_roots_bring_in_orphans_and_their_children() -> None:
+    table = FakeTable()
+    table.put(100, cpu=0.1)
+    table.put(300, ppid=7, pgid=300, cpu=0.2)  # an orphan of ours the caller recognised
+    table.put(301, ppid=300, pgid=300, cpu=0.3)
+    table.put(400, ppid=7, cpu=5.0)  # not the subtask's
+    calls: list[bool] = []
+
+    def extra(full: bool) -> list[int]:
+        calls.append(full)
+        return [300]
+
+    meter = TreeCpuMeter(table, (100, CREATED), extra_roots=extra)
     meter.scan()
-    # 101 died and the pid now belongs to an unrelated process (different start time)
-    # that happens to share the group number in the fake: it must not be counted.
-    proc.put(101, pgrp=100, utime=1, starttime=900)
+    assert sorted(m.pid for m in meter.members) == [100, 300, 301]
+    assert meter.total_s == pytest.approx(0.6)
+    table.put(302, ppid=300, pgid=300, cpu=0.1)
+    table.kids = {300: [301, 302]}
+    meter.refresh()  # the extra roots' children lists are followed between scans too
+    assert sorted(m.pid for m in meter.members) == [100, 300, 301, 302]
+    assert calls == [True, False]
+
+
+def test_meter_is_monotone_when_a_member_vanishes_mid_read() -> None:
+    table = FakeTable()
+    table.put(100, cpu=0.10)
+    table.put(101, ppid=100, cpu=0.30)
+    meter = TreeCpuMeter(table, (100, CREATED))
+    meter.scan()
+    # Reaped by its parent before the parent's new figure is visible: the reading drops,
+    # the figure does not.
+    table.drop(101)
+    meter.scan()
+    assert meter.total_s == pytest.approx(0.40)
+    table.put(100, cpu=0.10 + 0.31)
+    meter.scan()
+    assert meter.total_s == pytest.approx(0.41)
+
+
+def test_refresh_drops_a_reused_pid() -> None:
+    table = FakeTable()
+    table.put(100, cpu=0.1)
+    table.put(101, ppid=100, cpu=0.3, created=CREATED + 5)
+    meter = TreeCpuMeter(table, (100, CREATED), known={})
+    meter.scan()
+    # 101 died and its pid now names an unrelated process (another create time).
+    table.put(101, ppid=100, cpu=0.01, created=CREATED + 9)
+    table.kids = {}
     meter.refresh()
     assert [m.pid for m in meter.members] == [100]
 
 
-def test_stale_subtasks_are_those_whose_owner_is_gone(tmp_path: Path) -> None:
-    proc = FakeProc(tmp_path / "proc")
-    proc.put(10, starttime=555)  # a live owner
-    proc.put(11, starttime=777)  # pid 11 exists, but it is not the owner that started 21
+def test_stale_subtasks_are_those_whose_owner_is_gone() -> None:
+    table = FakeTable()
+    table.put(10, created=555.0)  # a live owner
+    table.put(11, created=777.0)  # pid 11 exists, but it is not the owner that started 21
 
-    def put_env(pid: int, *entries: str) -> None:
-        proc.put(pid, pgrp=pid)
-        (proc.root / str(pid) / "environ").write_bytes(
-            b"\0".join(e.encode() for e in entries) + b"\0"
-        )
+    def put_env(pid: int, env: dict[str, str]) -> None:
+        table.put(pid, pgid=pid)
+        table.envs[pid] = env
 
-    put_env(20, "PATH=/bin", f"{OWNER_ENV}=10:555")  # owner alive: keep
-    put_env(21, f"{OWNER_ENV}=11:100", "HOME=/")  # owner pid recycled: stale
-    put_env(22, f"{OWNER_ENV}=12:100")  # owner gone: stale
-    put_env(23, "PATH=/bin")  # not a subtask
-    put_env(24, f"{OWNER_ENV}=garbage")  # unparsable owner: treated as gone
-    proc.put(25)  # no environ file (another user's process): skipped
-    assert stale_subtasks(proc.root) == [21, 22, 24]
+    put_env(20, {"PATH": "/bin", OWNER_ENV: "10:555.000"})  # owner alive: keep
+    put_env(21, {OWNER_ENV: "11:100.000", "HOME": "/"})  # owner pid recycled: stale
+    put_env(22, {OWNER_ENV: "12:100.000"})  # owner gone: stale
+    put_env(23, {"PATH": "/bin"})  # not a subtask
+    put_env(24, {OWNER_ENV: "garbage"})  # unparsable owner: treated as gone
+    put_env(25, {OWNER_ENV: "12:100.000", TAG_ENV: "ab12"})  # stale, but being re-attached
+    table.put(26)  # no readable environment (another user's process): skipped
+    assert stale_subtasks(table) == [21, 22, 24, 25]
+    assert stale_subtasks(table, keep_tags={"ab12"}) == [21, 22, 24]
+
+
+def test_owner_marker_names_this_process() -> None:
+    pid, _, created = owner_marker().partition(":")
+    assert int(pid) == os.getpid()
+    assert abs(float(created) - psutil.Process().create_time()) < 0.01
+
+
+def test_psutil_table_reads_this_process() -> None:
+    table = PsutilTable()
+    me = table.sample(os.getpid())
+    assert me is not None
+    assert (me.pid, me.ppid, me.pgid) == (os.getpid(), os.getppid(), os.getpgrp())
+    assert not me.is_zombie and not me.is_stopped
+    t = os.times()
+    # psutil reads the same kernel counters as os.times(), in 10 ms ticks.
+    assert abs(me.cpu_s - (t.user + t.system + t.children_user + t.children_system)) < 0.05
+    assert os.getpid() in table.pids()
+    assert os.getpid() in table.descendants(os.getppid())
+    env = table.environ(os.getpid())
+    assert env is not None and env.get("PATH") == os.environ.get("PATH")
+    assert table.sample(2**22 + 12345) is None  # above pid_max: never a process
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def a_record(**over: object) -> dict[str, object]:
+    rec = ExecutorRecord(
+        tag="0123abcd",
+        argv=("python3", "-c", "pass"),
+        pid=4321,
+        pgid=4321,
+        create_time=1_700_000_000.25,
+        mode=LimitMode.DUTY_CYCLE,
+        containment=Containment.PROCESS_TREE,
+        cgroup=None,
+        members=((4321, 1_700_000_000.25), (4400, 1_700_000_001.5)),
+        reported_cpu_s=12.5,
+        retired_cpu_s=0.75,
+        cgroup_offset_s=0.0,
+    ).to_dict()
+    rec.update(over)
+    return rec
+
+
+def test_record_round_trips_through_json() -> None:
+    data = json.loads(json.dumps(a_record()))
+    rec = ExecutorRecord.from_dict(data)
+    assert rec.to_dict() == a_record()
+    assert rec.members[1] == (4400, 1_700_000_001.5)
+    assert rec.mode is LimitMode.DUTY_CYCLE and rec.containment is Containment.PROCESS_TREE
+
+
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"version": 2}, "version: must be 1"),
+        ({"pid": 0}, "pid: must be an integer > 0"),
+        ({"pid": True}, "pid: must be an integer > 0"),
+        ({"tag": "a/b"}, "tag: must be a non-empty alphanumeric"),
+        ({"argv": "sleep 1"}, "argv: must be a list of strings"),
+        ({"mode": "fast"}, "mode: unknown limit mode 'fast'"),
+        ({"containment": "jail"}, "containment: unknown containment 'jail'"),
+        ({"cgroup": "relative/path"}, "cgroup: must be null or an absolute path"),
+        ({"members": [[1]]}, r"members\[0\]: must be \[pid, create_time\]"),
+        ({"members": [[1, -2.0]]}, r"members\[0\]: must be >= 0"),
+        ({"reported_cpu_s": float("nan")}, "reported_cpu_s: must be a finite number"),
+        ({"retired_cpu_s": -1}, "retired_cpu_s: must be >= 0"),
+    ],
+)
+def test_bad_record_names_the_field(over: dict[str, object], needle: str) -> None:
+    with pytest.raises(ValueError, match=needle) as info:
+        ExecutorRecord.from_dict(a_record(**over), "sub.json")
+    assert str(info.value).startswith("sub.json: ")
+
+
+def test_record_missing_field_and_wrong_type() -> None:
+    data = a_record()
+    del data["pgid"]
+    with pytest.raises(ValueError, match="record: pgid: missing"):
+        ExecutorRecord.from_dict(data)
+    with pytest.raises(ValueError, match="record: must be a mapping, got list"):
+        ExecutorRecord.from_dict([1, 2])
 
 
 # ----------------------------------------------------------------------------- cgroup v2
@@ -403,20 +499,59 @@ def test_cpu_max_value_in_microseconds() -> None:
     assert cpu_max_value(0.5, period_us=20_000) == "10000 20000"
 
 
-def test_cgroup_without_cpu_max_is_refused_and_removed(tmp_path: Path) -> None:
-    # A directory that is not a cgroup (no cpu.max appears after mkdir).
-    with pytest.raises(OSError, match="cpu.max"):
-        CgroupCpuLimit(tmp_path, "coalloc-test")
+def test_a_directory_that_is_no_cgroup_is_refused_and_removed(tmp_path: Path) -> None:
+    # Not a cgroup file system: no cgroup.procs appears after mkdir.
+    with pytest.raises(OSError, match="not a cgroup v2 directory"):
+        SubtaskCgroup.create(tmp_path, "coalloc-test")
     assert not (tmp_path / "coalloc-test").exists()
 
 
-def test_cgroup_limit_writes_cpu_max(tmp_path: Path) -> None:
-    child = tmp_path / "coalloc-1"
+def fake_cgroup(tmp_path: Path, name: str = "coalloc-1", cpu: bool = True) -> Path:
+    """A directory laid out like a subtask cgroup (the kernel's files, plain here)."""
+    child = tmp_path / name
     child.mkdir()
-    (child / "cpu.max").write_text("max 100000\n")
-    limit = CgroupCpuLimit(tmp_path, "coalloc-1")
-    limit.set_share(0.5)
+    (child / "cgroup.procs").write_text("41\n42\n")
+    (child / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\n")
+    if cpu:
+        (child / "cpu.max").write_text("max 100000\n")
+    return child
+
+
+def test_subtask_cgroup_files(tmp_path: Path) -> None:
+    child = fake_cgroup(tmp_path)
+    cg = SubtaskCgroup.create(tmp_path, "coalloc-1")
+    assert cg.has_cpu_max
+    cg.set_share(0.5)
     assert (child / "cpu.max").read_text() == "50000 100000"
+    assert cg.procs() == [41, 42]
+    assert cg.usage_s() == pytest.approx(2.5)
+    (child / "cgroup.kill").write_text("")
+    assert cg.kill() is True
+    assert (child / "cgroup.kill").read_text() == "1"
+    assert not SubtaskCgroup.open(fake_cgroup(tmp_path, "coalloc-2", cpu=False)).has_cpu_max
+    (child / "cpu.stat").write_text("user_usec 1\n")
+    with pytest.raises(OSError, match="no usage_usec"):
+        cg.usage_s()
+
+
+def test_containment_needs_only_a_writable_cgroup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(CGROUP_PARENT_ENV, raising=False)
+    proc, own_dir = make_fake_system(tmp_path, "memory\n")  # no cpu controller
+    assert detect_cgroup_containment(proc)[0] is None  # no cgroup.procs: not a cgroup
+    (own_dir / "cgroup.procs").write_text("")
+    assert detect_cgroup_containment(proc) == (own_dir, f"{own_dir}: writable cgroup v2")
+    ex = ProcessExecutor(["true"], speed_mhz=300, proc_root=proc)
+    assert ex.containment is Containment.CGROUP and ex.mode is LimitMode.DUTY_CYCLE
+    forced = ProcessExecutor(["true"], speed_mhz=300, proc_root=proc, containment="process_tree")
+    assert forced.containment is Containment.PROCESS_TREE
+    with pytest.raises(ValueError, match="containment: unknown containment 'jail'"):
+        ProcessExecutor(["true"], speed_mhz=300, containment="jail")
+    with pytest.raises(ValueError, match="containment: cgroup requested but not available"):
+        ProcessExecutor(
+            ["true"], speed_mhz=300, cgroup_parent=tmp_path / "nowhere", containment="cgroup"
+        )
 
 
 # ----------------------------------------------------------------------------- pacing
