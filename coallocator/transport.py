@@ -185,7 +185,9 @@ class HandshakeMonitor:
     """Counts the connections a CURVE server socket refused, from its ZeroMQ monitor:
     ``plaintext`` (the peer does not speak CURVE), ``unknown_key`` (ZAP refused the
     peer's key), ``bad_handshake`` (anything else: a peer that does not know the server
-    key, a broken handshake). A refused peer reconnects, so each attempt counts once.
+    key, a broken handshake, and a plaintext peer that noticed the mismatch first and hung
+    up). Each refused connection counts once (libzmq peers retry after a refused key but
+    give up after a protocol error).
     :meth:`drain` reads the events without blocking (from the socket's thread); events
     beyond the monitor's queue (1000) between two drains are lost."""
 

@@ -15,7 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coalloc.commands._runtime_args import add_runtime_args, config_from_args, fmt, table
+from coalloc.commands._runtime_args import (
+    INSECURE_NOTE,
+    add_runtime_args,
+    config_from_args,
+    fmt,
+    table,
+)
 from coalloc.errors import UserError
 
 #: Emulated nodes (MHz) of ``coalloc run`` when ``--nodes`` is not given.
@@ -92,6 +98,8 @@ def run_run(args: argparse.Namespace) -> int:
             progress=lambda m: print(m + " ...", flush=True),
         )
         print(f"runtime ready in {dep.ready_s:.1f} s; phase log {dep.phase_log}", flush=True)
+        if config.insecure:
+            print(f"transport {INSECURE_NOTE}", flush=True)
         client = connect()
         answers = client.submit_all(jobs)
         for a in answers:
