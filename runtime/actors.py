@@ -136,6 +136,8 @@ class ControllerActor:
         st["real_clock"] = self.real.status().to_dict()
         if self.auth is not None:
             st["security"]["zap"] = self.auth.counters()
+            # public by design (CurveZMQ): other local-manager implementations need it
+            st["security"]["server_public_key"] = self.auth.curve.server.public.decode()
         return st
 
     def shutdown(self) -> bool:
