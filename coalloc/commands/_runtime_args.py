@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from coalloc.errors import UserError
+from coalloc.errors import UserError, escape_controls
 
 #: How ``up``, ``run`` and ``status`` describe the transport's security.
 CURVE_NOTE = "CURVE: only this runtime's local managers can connect"
@@ -124,7 +124,7 @@ def fmt(value: Any, digits: int = 1) -> str:
         if not math.isfinite(value):
             return "-"
         return f"{value:.{digits}f}"
-    return str(value)
+    return escape_controls(str(value))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -98,8 +98,10 @@ def run_up(args: argparse.Namespace) -> int:
             phase_log=dep.phase_log,
             report_endpoint=dep.report_endpoint,
             started_at=time.time(),
-            extra=(
-                {"auth_mode": head.auth_mode, "connect_address": head.address} if head else {}
+            extra=dict(
+                {"auth_mode": head.auth_mode, "connect_address": head.address} if head else {},
+                n_nodes=len(dep.placements),
+                transport_security="insecure" if config.insecure else "curve",
             ),
         )
     )

@@ -285,6 +285,23 @@ def test_sockets_listen_on_the_controllers_ray_address_only(
     assert ready["secure"] is True
 
 
+def test_status_into_a_closed_pipe_ends_quietly(deployment: Any) -> None:
+    """``coalloc status | head -1`` with the reader gone before the status is written:
+    exit 141, no traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coalloc.cli", "status", "--address", deployment.address],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
