@@ -38,7 +38,7 @@ import difflib
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -276,20 +276,21 @@ def _parse_qos(value: object, src: str, path: str, allow_local: bool) -> QosClas
 
 
 def _check_count(
-    count: int, n_nodes: int | None, src: str, path: str
+    count: int, n_nodes: int | None, src: str, path: str, at_least: bool = False
 ) -> None:
     """Refuse ``count`` subtasks for a grid of ``n_nodes`` (None: not known yet; then
-    :data:`MAX_SUBTASKS` bounds it)."""
+    :data:`MAX_SUBTASKS` bounds it). ``at_least``: the count is where a scan stopped."""
+    many = f"at least {count}" if at_least else str(count)
     if n_nodes is not None and count > n_nodes:
         raise SpecError(
             src, path,
-            f"more subtasks than nodes: {count} subtasks, {n_nodes} nodes "
+            f"more subtasks than nodes: {many} subtasks, {n_nodes} nodes "
             "(a job's subtasks run on distinct nodes)",
         )
     if count > MAX_SUBTASKS:
         raise SpecError(
             src, path,
-            f"more subtasks than nodes: {count} subtasks, more than any grid coalloc runs "
+            f"more subtasks than nodes: {many} subtasks, more than any grid coalloc runs "
             f"({MAX_SUBTASKS} nodes at most)",
         )
 
@@ -502,13 +503,87 @@ def check_fits(
 # Files
 
 
+def _yaml_safe_loader() -> Any:
+    """PyYAML's safe loader on libyaml (CSafeLoader, about 4x faster) when PyYAML was
+    built with it, else the pure-Python SafeLoader; both construct the same data."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+#: ``count_subtasks(count, path)``: raises when ``count`` subtasks are too many.
+CountCheck = Callable[[int, str], None]
+
+
+def _yaml_precheck(text: str, count_subtasks: CountCheck) -> None:
+    """Count the items of every job's ``subtasks`` sequence from the YAML event stream,
+    before anything is built, and call ``count_subtasks`` as each one starts, so that a
+    job with too many subtasks is refused after reading just past the limit. Jobs are
+    the top-level mapping or the mappings of a top-level sequence (``jobs[i]``). A YAML
+    error is left for the full load to report."""
+    import yaml
+
+    # One frame per open container: [is_map, expecting_key, last_key, count, job, path]
+    # ``job``: the field path prefix of a job mapping (None: not a job); ``path``: the
+    # field path of a subtasks sequence (None: not one).
+    stack: list[list[Any]] = []
+
+    def child_starts() -> tuple[str | None, str | None]:
+        """Account for a node starting under the innermost container; returns (job
+        prefix if the node is a job mapping, subtasks path if it is a subtasks list)."""
+        if not stack:
+            return "", None
+        top = stack[-1]
+        if not top[0]:  # a sequence: one more item
+            top[3] += 1
+            if top[5] is not None:
+                count_subtasks(top[3], top[5])
+            return (f"jobs[{top[3] - 1}]" if len(stack) == 1 else None), None
+        if top[1]:  # a key
+            return None, None
+        if top[4] is not None and top[2] == "subtasks":
+            return None, _join(top[4], "subtasks")
+        return None, None
+
+    def child_done() -> None:
+        if stack and stack[-1][0]:
+            top = stack[-1]
+            if top[1]:
+                top[1] = False
+            else:
+                top[1], top[2] = True, None
+
+    try:
+        for event in yaml.parse(text, Loader=_yaml_safe_loader()):
+            if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+                child_starts()
+                if stack and stack[-1][0] and stack[-1][1] and isinstance(
+                    event, yaml.ScalarEvent
+                ):
+                    stack[-1][2] = event.value
+                child_done()
+            elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                job, subtasks = child_starts()
+                is_map = isinstance(event, yaml.MappingStartEvent)
+                stack.append([is_map, True, None, 0, job if is_map else None,
+                              None if is_map else subtasks])
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                stack.pop()
+                child_done()
+    except yaml.YAMLError:
+        return
+
+
 def _yaml_load(text: str, src: str) -> Any:
     import yaml
 
-    class _UniqueKeyLoader(yaml.SafeLoader):
-        """SafeLoader that rejects a key given twice in one mapping (silently lost else)."""
+    base: Any = _yaml_safe_loader()
 
-    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
+    class _UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        """The safe loader, rejecting a key given twice in one mapping (silently lost
+        else)."""
+
+    def construct_mapping(loader: Any, node: yaml.MappingNode, deep: bool = False) -> Any:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = loader.construct_object(key_node, deep=deep)
@@ -518,7 +593,7 @@ def _yaml_load(text: str, src: str) -> Any:
                     src, f"line {mark.line + 1}", f"key {key!r} given twice in one mapping"
                 )
             seen.add(key)
-        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+        return yaml.constructor.SafeConstructor.construct_mapping(loader, node, deep=deep)
 
     _UniqueKeyLoader.add_constructor(
         yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping
@@ -580,12 +655,19 @@ def load_jobs(path: str | Path, n_nodes: int | None = None) -> list[JobSpec]:
     :data:`MAX_DOCUMENT_BYTES`, unparsable text (with its line), empty file, more
     subtasks than ``n_nodes`` (see :func:`parse_document`), and every invalid field.
     """
-    data = read_document(path, "a job (a mapping) or a list of jobs")
-    return parse_document(data, str(path), n_nodes)
+    src = str(path)
+    data = read_document(
+        path, "a job (a mapping) or a list of jobs",
+        count_subtasks=lambda count, field: _check_count(count, n_nodes, src, field, True),
+    )
+    return parse_document(data, src, n_nodes)
 
 
 def read_document(
-    path: str | Path, expected: str, max_bytes: int = MAX_DOCUMENT_BYTES
+    path: str | Path,
+    expected: str,
+    max_bytes: int = MAX_DOCUMENT_BYTES,
+    count_subtasks: CountCheck | None = None,
 ) -> Any:
     """Parse a YAML or JSON file (chosen by its suffix) into plain data.
 
@@ -603,6 +685,9 @@ def read_document(
         raise SpecError(
             src, "", f"unknown file type {p.suffix or '(none)'!r}; use .yaml, .yml or .json"
         )
+    # ``count_subtasks``: for job files, checks each job's subtask count while a YAML
+    # file is still being scanned (see _yaml_precheck); JSON is parsed whole (fast) and
+    # checked before any job is.
     too_big = (
         f"larger than the {max_bytes // 1024} KiB limit for this file; split it into "
         "several files"
@@ -626,4 +711,8 @@ def read_document(
         raise SpecError(src, "", f"cannot read: {exc.strerror or exc}") from None
     if not text.strip():
         raise SpecError(src, "", f"empty file: expected {expected}")
-    return _yaml_load(text, src) if suffix in _YAML_SUFFIXES else _json_load(text, src)
+    if suffix in _YAML_SUFFIXES:
+        if count_subtasks is not None:
+            _yaml_precheck(text, count_subtasks)
+        return _yaml_load(text, src)
+    return _json_load(text, src)

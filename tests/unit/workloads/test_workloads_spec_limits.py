@@ -129,3 +129,52 @@ def test_escape_controls_leaves_nothing_unprintable(text: str) -> None:
     assert not any(is_unprintable(ch) for ch in out)
     if not any(is_unprintable(ch) for ch in text):
         assert out == text
+
+
+WIDE_YAML = """\
+- name: fits
+  qos: loose
+  subtasks:
+    - {work: 1, command: [python3, -c, "print(1)", a, b, c]}
+    - {work: 1, demand: {cpu: 1}}
+    - work: 1
+      command:
+        - python3
+        - -c
+        - pass
+- name: wide
+  qos: loose
+  subtasks:
+""" + "    - {work: 1}\n" * 5000
+
+
+def test_a_yaml_file_is_refused_while_it_is_scanned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "wide.yaml"
+    path.write_text(WIDE_YAML)
+    monkeypatch.setattr(spec, "_parse_subtask", _never)
+    with pytest.raises(SpecError) as exc:
+        load_jobs(path, n_nodes=3)
+    assert str(exc.value) == (
+        f"{path}: jobs[1].subtasks: more subtasks than nodes: at least 4 subtasks, 3 nodes "
+        "(a job's subtasks run on distinct nodes)"
+    )
+
+
+def test_the_yaml_scan_counts_only_the_jobs_subtasks(tmp_path: Path) -> None:
+    """Nested lists (commands, a job named 'subtasks'...) do not count as subtasks."""
+    path = tmp_path / "fits.yaml"
+    path.write_text(WIDE_YAML.split("- name: wide")[0])
+    (job,) = load_jobs(path, n_nodes=3)
+    assert len(job.subtasks) == 3 and job.subtasks[0].command is not None
+    single = tmp_path / "single.yaml"
+    single.write_text("name: subtasks\nqos: loose\nsubtasks: [{work: 1}, {work: 2}]\n")
+    assert load_jobs(single, n_nodes=2)[0].name == "subtasks"
+    with pytest.raises(SpecError, match="^.*single.yaml: subtasks: more subtasks than nodes: "
+                                        "at least 2 subtasks, 1 nodes"):
+        load_jobs(single, n_nodes=1)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nqos: loose\nsubtasks: [{work: 1}\n")
+    with pytest.raises(SpecError, match="not valid YAML"):  # the full load reports it
+        load_jobs(broken, n_nodes=3)
