@@ -7,14 +7,26 @@ are the controller's two endpoints (the GlobalManager holds them):
   (:class:`ReportReceiver`); every local manager connects a PUSH socket
   (:class:`ReportSender`). PULL fair-queues the managers, one frame per message.
 * **Commands**, controller -> local managers: the controller binds a ROUTER socket
-  (:class:`CommandPublisher`); every local manager connects a DEALER whose routing id is
-  its node name (:class:`CommandSubscriber`). ROUTER addresses a command to exactly one
-  node by that id, with no prefix-matching pitfalls (PUB/SUB topics are prefixes: a
-  subscription to ``node1`` also receives ``node10``'s commands) and with feedback:
-  ``ROUTER_MANDATORY`` turns a command for a node that is not connected into a counted
-  ``unroutable`` instead of a silent loss, and ``ROUTER_HANDOVER`` lets a restarted local
-  manager take its name over from its dead predecessor. Losing a command is harmless
-  (the next control period re-sends absolute weights), so full queues drop, never block.
+  (:class:`CommandPublisher`); every local manager connects a DEALER
+  (:class:`CommandSubscriber`) that names its node in ``hello`` frames. The ROUTER
+  gives each connection its own routing id and binds a node to the connection its
+  latest valid hello came on, so a command reaches exactly one node, with no
+  prefix-matching pitfalls (PUB/SUB topics are prefixes: a subscription to ``node1``
+  also receives ``node10``'s commands) and with feedback: ``ROUTER_MANDATORY`` turns a
+  command for a node with no connection into a counted ``unroutable`` instead of a
+  silent loss. A restarted local manager takes its node back with its first hello; a
+  peer can no longer pick a node's name as its routing id (no ``ROUTER_HANDOVER``).
+  Losing a command is harmless (the next control period re-sends absolute weights), so
+  full queues drop, never block. The controller reads everything peers send on the
+  ROUTER (:meth:`CommandPublisher.poll_incoming`) and discards all but hellos.
+
+Security. Given the runtime's keys (:mod:`coallocator.security`), both channels run
+CURVE: the controller's sockets are CURVE servers whose ZAP handler admits only the
+local managers' keys and names each connection by its node (ZAP User-Id); a report or
+hello naming another node than its key's is dropped as ``spoofed_node``; refused
+connections (plaintext peers, unknown keys, wrong server key) are counted from the
+sockets' monitors (``auth_failures``). Without keys (``--insecure``) everything is
+plaintext and anyone who reaches the ports may send.
 
 Nothing here blocks a subtask or the control loop: every send is non-blocking with a
 bounded high-water mark and counts what it drops; receivers wait at most the timeout
@@ -450,7 +462,7 @@ class ReportReceiver(_Receiver):
         self._duplicates = 0
         self._stale = 0
         self._internal_errors = 0
-        options = [(zmq.RCVHWM, rcvhwm), (zmq.MAXMSGSIZE, cap)]
+        options: list[tuple[int, int | bytes]] = [(zmq.RCVHWM, rcvhwm), (zmq.MAXMSGSIZE, cap)]
         if auth is not None:
             options += server_options(auth.curve)
         self._sock, self.port = _open_socket(
@@ -590,7 +602,9 @@ class ReportSender(_SocketOwner):
         self.limits = limits
         self._sent = 0
         self._dropped = 0
-        options = [(zmq.SNDHWM, sndhwm), (zmq.IMMEDIATE, 1 if immediate else 0)]
+        options: list[tuple[int, int | bytes]] = [
+            (zmq.SNDHWM, sndhwm), (zmq.IMMEDIATE, 1 if immediate else 0)
+        ]
         if curve is not None:
             options += client_options(curve)
         self._sock, _ = _open_socket(
