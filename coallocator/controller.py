@@ -27,6 +27,23 @@ Per strict job, every control period:
    overbooking slack (consumed in request order: jobs, then subtasks).
 
 ``r_i`` is the subtask's admitted scheduling weight (its expected rate ``x_i``).
+
+**Pace control** (``mode="pace"``, the product's ``sq``) replaces steps 2-4 by rate
+matching. From each running subtask's clock rate over the last period (``rho_i =
+dT_V/dT_R = x-bar / x``) it predicts where each can get by the next period,
+``T_V,i + c_i * P`` (``c_i = rho_i``; a subtask held at its rate cap and getting all of it
+may be able to go faster, so it does not bound the group: ``c_i = inf``), and aims every
+subtask at the furthest point they can *all* reach, ``T_next = min_i (T_V,i + c_i * P)``.
+A subtask that needs all it can get runs uncapped; every other one is held to the rate
+cap ``(T_next - T_V,i) / P * x_i`` (never below ``weight_floor * x_i``), which also
+removes the phase difference it has (the feedback term). The group thus runs at its
+slowest member's pace, and what the faster members leave stays with their nodes' other
+work (the local scheduler's ``paced`` mode). A new cap within ``pace_deadband`` (relative)
+of the current one is not sent. Jobs ahead of real time are let run (their admission
+budget is freed sooner); a job behind by more than ``E_t`` has its bounding subtasks sped
+up from their nodes' overbooking slack by ``(T_R - T_V,i) * r_i * k`` (and given it back
+once the job is within the window again). The windows stay as guard rails and for
+reporting (``Window`` names what held the job back: ``pace`` for a rate-matching change).
 """
 
 from __future__ import annotations
@@ -47,6 +64,16 @@ class Window(str, Enum):
     #: The job is behind but none of its subtasks could be sped up (no virtual weight to
     #: take back, no slack): the asynchrony window's slow-downs were applied instead.
     OVERALL_BEHIND_ASYNCHRONY = "overall_behind+asynchrony"
+    #: Pace control changed a rate cap (the job is within its overall window).
+    PACE = "pace"
+
+
+class ControlMode(str, Enum):
+    """``windows``: the paper's bang-bang windows with virtual subtasks (``sq_paper``);
+    ``pace``: rate matching with rate caps (``sq``). See the module docstring."""
+
+    WINDOWS = "windows"
+    PACE = "pace"
 
 
 class OverallFactor(str, Enum):
@@ -94,8 +121,17 @@ class ControllerConfig:
     #: any subtask up, test the asynchrony window in the same period (and apply its
     #: slow-downs) instead of letting a window that cannot act block the other.
     starved_asynchrony: bool = True
+    mode: ControlMode = ControlMode.WINDOWS
+    #: Pace control: a new rate cap within this fraction of the current one is not sent.
+    pace_deadband: float = 0.01
+    #: Pace control: speed up a job behind its overall window from the overbooking slack.
+    straggler_boost: bool = True
 
     def __post_init__(self) -> None:
+        if not math.isfinite(self.pace_deadband) or not 0 <= self.pace_deadband < 1:
+            raise ValueError(
+                f"pace_deadband: must be within [0, 1), got {self.pace_deadband!r}"
+            )
         if not math.isfinite(self.gain) or self.gain <= 0:
             raise ValueError(f"gain: must be a finite number > 0 (1/s), got {self.gain!r}")
         if not 0 <= self.weight_floor <= 1:
@@ -117,6 +153,10 @@ class SubtaskState:
     admitted_weight: float
     weight: float
     virtual_weight: float
+    #: dT_V/dT_R over the last period (x-bar / x); pace control only.
+    clock_rate: float = 1.0
+    #: The rate cap in force (Mcycles/s; 0 = none); pace control only.
+    rate_cap: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +177,8 @@ class ControlRequest:
     real_time: float
     jobs: tuple[JobState, ...]
     node_slack: Mapping[str, float] = field(default_factory=dict)
+    #: The control period ``P`` (s); pace control predicts one period ahead.
+    period: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +192,8 @@ class WeightChange:
     weight: float
     virtual_weight: float
     from_slack: float = 0.0
+    #: Pace control: the new rate cap (Mcycles/s; 0 = none).
+    rate_cap: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +225,15 @@ def control(request: ControlRequest, config: ControllerConfig | None = None) -> 
     cfg = config or ControllerConfig()
     slack = {n: max(0.0, float(v)) for n, v in request.node_slack.items()}
     decisions = []
+    if cfg.mode is ControlMode.PACE and not (
+        math.isfinite(request.period) and request.period > 0
+    ):
+        raise ValueError(f"period: pace control needs a period > 0 s, got {request.period!r}")
     for job in request.jobs:
-        decisions.append(_control_job(job, request.real_time, cfg, slack))
+        if cfg.mode is ControlMode.PACE:
+            decisions.append(_pace_job(job, request.real_time, request.period, cfg, slack))
+        else:
+            decisions.append(_control_job(job, request.real_time, cfg, slack))
     return ControlReply(decisions=tuple(decisions), node_slack=slack)
 
 
@@ -270,3 +321,75 @@ def _apply(
                 slack[s.node] = slack.get(s.node, 0.0) - from_slack
                 weight += from_slack
     return WeightChange(s.index, s.node, factor, weight, virtual, from_slack)
+
+
+#: A subtask got "all of its cap" when it got at least this fraction of it.
+_SATURATED = 1.0 - 1e-6
+
+
+def pace_targets(subs: tuple[SubtaskState, ...], period: float) -> tuple[float, list[float]]:
+    """Pace control's prediction for one job: ``T_next`` (s), the furthest virtual time
+    every running subtask can reach by the next period, and each subtask's capability
+    ``c_i`` (its clock rate, or ``inf`` when it is held at its cap and got all of it)."""
+    caps: list[float] = []
+    for s in subs:
+        held = s.rate_cap > 0 and s.clock_rate * s.admitted_weight >= s.rate_cap * _SATURATED
+        caps.append(math.inf if held else max(0.0, s.clock_rate))
+    if all(math.isinf(c) for c in caps):
+        # Every one is held at its cap: none tells what the group could do, so every cap
+        # is lifted (capability 0: each "needs all it can get"); the next period measures.
+        reach = [s.virtual_time + max(0.0, s.clock_rate) * period for s in subs]
+        return max(reach), [0.0] * len(subs)
+    return min(s.virtual_time + c * period for s, c in zip(subs, caps)), caps
+
+
+def _pace_job(
+    job: JobState, real_time: float, period: float, cfg: ControllerConfig, slack: dict[str, float]
+) -> JobDecision:
+    subs = job.subtasks
+    if not subs:
+        return JobDecision(job.job_id, real_time, 0.0, Window.NONE, ())
+    tvs = [s.virtual_time for s in subs]
+    mean_v = sum(tvs) / len(tvs)
+    phi = phase_difference(tvs)
+    t_next, capability = pace_targets(subs, period)
+    behind = mean_v - real_time < -job.overall_deviation
+    window = Window.NONE
+    changes: list[WeightChange] = []
+    for s, c in zip(subs, capability):
+        x = s.admitted_weight
+        need = max(0.0, (t_next - s.virtual_time) / period)
+        floor = cfg.weight_floor
+        if need >= c * _SATURATED:
+            cap = 0.0  # it needs all it can get: no cap
+        else:
+            cap = max(need, floor) * x
+        weight, from_slack = s.weight, 0.0
+        if cap == 0.0 and behind and cfg.straggler_boost:
+            # A bounding subtask of a job behind its window: more weight from the slack.
+            want = (real_time - s.virtual_time) * x * cfg.gain
+            from_slack = min(max(0.0, want), slack.get(s.node, 0.0))
+            if from_slack > 0:
+                slack[s.node] = slack.get(s.node, 0.0) - from_slack
+                weight += from_slack
+        elif not behind and weight > x:
+            # Back within the window: weight borrowed from the slack goes back.
+            slack[s.node] = slack.get(s.node, 0.0) + (weight - x)
+            weight = x
+        cap_moved = (cap == 0.0) != (s.rate_cap == 0.0) or (
+            cap > 0 and abs(cap - s.rate_cap) > cfg.pace_deadband * s.rate_cap
+        )
+        if not cap_moved:
+            cap = s.rate_cap
+        if cap_moved or weight != s.weight or s.virtual_weight != 0.0:
+            changes.append(
+                WeightChange(s.index, s.node, weight - s.weight, weight, 0.0, from_slack, cap)
+            )
+    if changes:
+        if behind:
+            window = Window.OVERALL_BEHIND
+        elif phi > job.asynchrony:
+            window = Window.ASYNCHRONY
+        else:
+            window = Window.PACE
+    return JobDecision(job.job_id, mean_v, phi, window, tuple(changes))

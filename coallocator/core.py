@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from coallocator.controller import (
     ControllerConfig,
+    ControlMode,
     ControlRequest,
     JobState,
     SubtaskState,
@@ -41,6 +42,8 @@ class _SubtaskTrack:
     virtual_time: float = 0.0
     #: dT_V/dT_R over the last report (x_bar / x); used to replay quiet periods.
     clock_rate: float = 1.0
+    #: Pace control's rate cap in force, Mcycles/s (0 = none).
+    rate_cap: float = 0.0
     done: bool = False
 
 
@@ -76,7 +79,8 @@ class JobClockView:
 
 class ControllerCore:
     """See the module docstring. ``log_every``: write a period record every that many
-    periods, and always when a window fired (1 = every period)."""
+    periods, and always when a window fired (1 = every period). ``period``: the control
+    period ``P`` (s) that pace control predicts over (required for ``mode="pace"``)."""
 
     def __init__(
         self,
@@ -85,9 +89,15 @@ class ControllerCore:
         node_budgets: Mapping[str, float] | None = None,
         sink: RecordSink | None = None,
         log_every: int = 1,
+        period: float | None = None,
     ) -> None:
         if log_every < 1:
             raise ValueError("log_every: must be >= 1 period")
+        self.period_length = period
+        if (config or ControllerConfig()).mode is ControlMode.PACE and enabled and (
+            period is None or not period > 0
+        ):
+            raise ValueError("period: pace control needs the control period (s > 0)")
         self.config = config or ControllerConfig()
         self.enabled = enabled
         self.node_budgets = dict(node_budgets or {})
@@ -118,7 +128,14 @@ class ControllerCore:
             ),
             asynchrony=float(asynchrony if asynchrony is not None else float("inf")),
             subtasks=subs,
-            tracker=JobPhaseTracker(job_id, qos.value, len(subs), arrival),
+            tracker=JobPhaseTracker(
+                job_id,
+                qos.value,
+                len(subs),
+                arrival,
+                float(asynchrony if asynchrony is not None else float("inf")),
+                float(overall_deviation if overall_deviation is not None else float("inf")),
+            ),
         )
 
     def ingest(self, report: ProgressReport) -> bool:
@@ -200,6 +217,8 @@ class ControllerCore:
                                 s.admitted_weight,
                                 s.weight,
                                 s.virtual_weight,
+                                s.clock_rate,
+                                s.rate_cap,
                             )
                             for s in running
                         ),
@@ -208,24 +227,35 @@ class ControllerCore:
             else:
                 tvs = [s.virtual_time for s in running]
                 phi = phase_difference(tvs)
-                job.tracker.observe(phi)
-                job.last_phase, job.last_mean, job.last_window = phi, sum(tvs) / len(tvs), "none"
+                mean = sum(tvs) / len(tvs)
+                job.tracker.observe(phi, mean - now)
+                job.last_phase, job.last_mean, job.last_window = phi, mean, "none"
                 if self.sink and job.qos is QosClass.STRICT and k % self.log_every == 0:
                     self._log_uncontrolled(job, k, now, clock_offset, clock_quality)
         if not states:
             return commands
-        reply = control(ControlRequest(now, tuple(states), self.node_slack()), self.config)
+        reply = control(
+            ControlRequest(now, tuple(states), self.node_slack(), self.period_length or 0.0),
+            self.config,
+        )
         for job, decision in zip(controlled, reply.decisions):
-            job.tracker.observe(decision.phase_difference)
+            job.tracker.observe(decision.phase_difference, decision.mean_virtual - now)
             job.last_phase, job.last_mean = decision.phase_difference, decision.mean_virtual
             job.last_window = decision.window.value
             for ch in decision.changes:
                 st = job.subtasks[ch.index]
                 st.weight, st.virtual_weight = ch.weight, ch.virtual_weight
+                st.rate_cap = ch.rate_cap
                 self._seq += 1
                 commands.append(
                     ReweightCommand(
-                        job.job_id, ch.index, ch.node, self._seq, ch.weight, ch.virtual_weight
+                        job.job_id,
+                        ch.index,
+                        ch.node,
+                        self._seq,
+                        ch.weight,
+                        ch.virtual_weight,
+                        ch.rate_cap,
                     )
                 )
             if self.sink is not None and (decision.changes or k % self.log_every == 0):
@@ -236,9 +266,9 @@ class ControllerCore:
         return commands
 
     def _restore(self, job: _JobTrack, st: _SubtaskTrack) -> list[ReweightCommand]:
-        if st.weight == st.admitted_weight and st.virtual_weight == 0.0:
+        if st.weight == st.admitted_weight and st.virtual_weight == 0.0 and st.rate_cap == 0.0:
             return []
-        st.weight, st.virtual_weight = st.admitted_weight, 0.0
+        st.weight, st.virtual_weight, st.rate_cap = st.admitted_weight, 0.0, 0.0
         self._seq += 1
         return [ReweightCommand(job.job_id, st.index, st.node, self._seq, st.weight, 0.0)]
 
@@ -278,9 +308,13 @@ class ControllerCore:
         if not jobs:
             return limit
 
+        pace = self.config.mode is ControlMode.PACE
+
         def quiet(p: int) -> bool:
             dt = p * period
             t_r = now + dt
+            if pace:
+                return self._pace_quiet(jobs, t_r, dt)
             for j in jobs:
                 tvs = [s.virtual_time + s.clock_rate * dt for s in j.subtasks if not s.done]
                 mean = sum(tvs) / len(tvs)
@@ -300,6 +334,39 @@ class ControllerCore:
             else:
                 hi = mid
         return lo
+
+    def _pace_quiet(self, jobs: list[_JobTrack], t_r: float, dt: float) -> bool:
+        """Whether pace control would change nothing at ``t_r`` (s) if every virtual clock
+        kept its last rate for ``dt`` more seconds. Each test it makes (a rate cap within
+        its deadband, a job within its overall window) is the absolute value of a linear
+        function of ``dt`` below a bound, so the quiet stretch is an interval."""
+        states = tuple(
+            JobState(
+                j.job_id,
+                j.overall_deviation,
+                j.asynchrony,
+                tuple(
+                    SubtaskState(
+                        s.index,
+                        s.node,
+                        s.virtual_time + s.clock_rate * dt,
+                        s.admitted_weight,
+                        s.weight,
+                        s.virtual_weight,
+                        s.clock_rate,
+                        s.rate_cap,
+                    )
+                    for s in j.subtasks
+                    if not s.done
+                ),
+            )
+            for j in jobs
+        )
+        reply = control(
+            ControlRequest(t_r, states, self.node_slack(), self.period_length or 0.0),
+            self.config,
+        )
+        return not any(d.changes for d in reply.decisions)
 
     def fast_forward_periods(
         self,
@@ -322,8 +389,9 @@ class ControllerCore:
                     continue
                 tvs = [s.virtual_time + s.clock_rate * dt for s in running]
                 phi = phase_difference(tvs)
-                job.tracker.observe(phi)
-                job.last_phase, job.last_mean, job.last_window = phi, sum(tvs) / len(tvs), "none"
+                mean = sum(tvs) / len(tvs)
+                job.tracker.observe(phi, mean - (now + dt))
+                job.last_phase, job.last_mean, job.last_window = phi, mean, "none"
                 if self.sink and job.qos is QosClass.STRICT and k % self.log_every == 0:
                     self._log_uncontrolled(job, k, now + dt, clock_offset, clock_quality)
 

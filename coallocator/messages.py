@@ -37,7 +37,9 @@ class ProgressReport:
 @dataclass(frozen=True, slots=True)
 class ReweightCommand:
     """The controller's order to a local manager: set a subtask's scheduling weight and
-    the weight of its virtual subtask (both Mcycles/s, >= 0)."""
+    the weight of its virtual subtask (both Mcycles/s, >= 0), and its rate cap
+    (Mcycles/s; 0 = no cap): under pace control a subtask ahead of its siblings is held
+    to the rate that keeps it in step, and the node gives what it leaves to other work."""
 
     job_id: str
     subtask: int
@@ -45,3 +47,4 @@ class ReweightCommand:
     seq: int
     weight: float
     virtual_weight: float
+    rate_cap: float = 0.0

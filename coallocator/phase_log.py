@@ -54,6 +54,11 @@ class SummaryRecord:
     completion_skew: float | None
     turnaround: float | None
     completed: bool
+    #: Control periods (of ``periods``) in which the phase difference exceeded the job's
+    #: asynchrony window ``A_t``, and in which ``|mean T_V - T_R|`` exceeded its overall
+    #: window ``E_t`` (0 for jobs without windows).
+    window_violations: int = 0
+    overall_violations: int = 0
     type: str = "summary"
 
 
@@ -69,9 +74,21 @@ class JobPhaseTracker:
         "phi_sum",
         "phi_max",
         "finishes",
+        "asynchrony",
+        "overall_deviation",
+        "window_violations",
+        "overall_violations",
     )
 
-    def __init__(self, job_id: str, qos: str, n_subtasks: int, arrival: float) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        qos: str,
+        n_subtasks: int,
+        arrival: float,
+        asynchrony: float = float("inf"),
+        overall_deviation: float = float("inf"),
+    ) -> None:
         self.job_id = job_id
         self.qos = qos
         self.n_subtasks = n_subtasks
@@ -80,13 +97,22 @@ class JobPhaseTracker:
         self.phi_sum = 0.0
         self.phi_max = 0.0
         self.finishes: list[float] = []
+        self.asynchrony = asynchrony
+        self.overall_deviation = overall_deviation
+        self.window_violations = 0
+        self.overall_violations = 0
 
-    def observe(self, phi: float) -> None:
-        """Record the phase difference (s) of one control period with >= 2 running subtasks."""
+    def observe(self, phi: float, deviation: float = 0.0) -> None:
+        """Record one control period with >= 2 running subtasks: its phase difference
+        ``phi`` and the job's ``mean T_V - T_R`` (``deviation``), both s."""
         self.periods += 1
         self.phi_sum += phi
         if phi > self.phi_max:
             self.phi_max = phi
+        if phi > self.asynchrony:
+            self.window_violations += 1
+        if abs(deviation) > self.overall_deviation:
+            self.overall_violations += 1
 
     def finished(self, t: float) -> None:
         self.finishes.append(t)
@@ -107,6 +133,8 @@ class JobPhaseTracker:
             completion_skew=(max(self.finishes) - min(self.finishes)) if done else None,
             turnaround=(max(self.finishes) - self.arrival) if done else None,
             completed=done,
+            window_violations=self.window_violations,
+            overall_violations=self.overall_violations,
         )
 
 

@@ -12,9 +12,12 @@ the cheapest shape to decode and the arity check catches missing or extra fields
   subtask (int), node (str), incarnation (int), seq (int), real_time (float, s),
   virtual_time (float, s), expected_work (float, Mcycles), granted_work (float, Mcycles),
   done (bool).
-* ``reweight`` (:class:`~coallocator.messages.ReweightCommand`, 8 elements): job_id (str),
+* ``reweight`` (:class:`~coallocator.messages.ReweightCommand`, 9 elements): job_id (str),
   subtask (int), node (str), seq (int), weight (float, Mcycles/s), virtual_weight (float,
-  Mcycles/s).
+  Mcycles/s), rate_cap (float, Mcycles/s; 0 = no cap).
+
+Version 2 added ``rate_cap`` to ``reweight`` (pace control); version 1 frames are dropped
+as ``bad_version``.
 
 Every value is checked: names are non-empty str of at most ``max_name_bytes`` UTF-8
 bytes; ints are msgpack ints (never bool or float) in ``[0, 2**63)``; floats are finite
@@ -48,7 +51,7 @@ import msgpack
 from coallocator.messages import ProgressReport, ReweightCommand
 
 #: The envelope version this module writes and the only one it reads.
-WIRE_VERSION = 1
+WIRE_VERSION = 2
 
 #: Largest int on the wire (int64 maximum, so that any implementation can hold it).
 MAX_WIRE_INT = 2**63 - 1
@@ -59,7 +62,7 @@ MAX_EXACT_FLOAT_INT = 2**53
 _INF = math.inf
 
 _REPORT_LEN = 12  # version, kind and the 10 fields of ProgressReport
-_COMMAND_LEN = 8  # version, kind and the 6 fields of ReweightCommand
+_COMMAND_LEN = 9  # version, kind and the 7 fields of ReweightCommand
 _HELLO_LEN = 3  # version, kind, node
 
 
@@ -105,7 +108,7 @@ class WireLimits:
     """Bounds on one frame. ``max_frame_bytes``: frame length, bytes. ``max_name_bytes``:
     longest str (job_id, node), UTF-8 bytes; 255 so that a node name is also a valid
     ZeroMQ routing id. ``max_array_len`` / ``max_map_len``: longest array / map msgpack
-    may build; the envelopes have 12 and 8 elements, and a little room above that lets a
+    may build; the envelopes have 12 and 9 elements, and a little room above that lets a
     near-miss envelope be reported as ``bad_schema`` rather than ``over_limit``."""
 
     max_frame_bytes: int = 64 * 1024
@@ -197,6 +200,7 @@ def encode_command(command: ReweightCommand, limits: WireLimits = DEFAULT_LIMITS
         _check_int(rec, "seq", command.seq),
         _check_float(rec, "weight", command.weight),
         _check_float(rec, "virtual_weight", command.virtual_weight),
+        _check_float(rec, "rate_cap", command.rate_cap),
     )
     return _pack(envelope, limits)
 
@@ -333,6 +337,7 @@ _COMMAND_FIELDS: tuple[tuple[str, _FieldCheck], ...] = (
     ("seq", _wire_int),
     ("weight", _wire_float),
     ("virtual_weight", _wire_float),
+    ("rate_cap", _wire_float),
 )
 
 
@@ -422,9 +427,10 @@ def _fast_report(
 
 def _fast_command(
     job_id: str, subtask: int, node: str, seq: int, weight: float, virtual_weight: float,
+    rate_cap: float,
     _new: Any = object.__new__, _cls: type = ReweightCommand,
     _s0: Any = _CS[0], _s1: Any = _CS[1], _s2: Any = _CS[2], _s3: Any = _CS[3],
-    _s4: Any = _CS[4], _s5: Any = _CS[5],
+    _s4: Any = _CS[4], _s5: Any = _CS[5], _s6: Any = _CS[6],
 ) -> ReweightCommand:
     c: ReweightCommand = _new(_cls)
     _s0(c, job_id)
@@ -433,6 +439,7 @@ def _fast_command(
     _s3(c, seq)
     _s4(c, weight)
     _s5(c, virtual_weight)
+    _s6(c, rate_cap)
     return c
 
 
@@ -500,7 +507,7 @@ def decode_command(frame: Any, limits: WireLimits = DEFAULT_LIMITS) -> ReweightC
     :func:`decode_report`."""
     obj = _unpack(frame, limits)
     if type(obj) is tuple and len(obj) == _COMMAND_LEN:
-        v, k, job, sub, node, seq, w, w_virtual = obj
+        v, k, job, sub, node, seq, w, w_virtual, cap = obj
         if (
             type(v) is int
             and v == WIRE_VERSION
@@ -511,13 +518,15 @@ def decode_command(frame: Any, limits: WireLimits = DEFAULT_LIMITS) -> ReweightC
             and type(seq) is int
             and type(w) is float
             and type(w_virtual) is float
+            and type(cap) is float
             and job
             and node
             and 0 <= (sub | seq) <= MAX_WIRE_INT
             and 0.0 <= w < _INF
             and 0.0 <= w_virtual < _INF
+            and 0.0 <= cap < _INF
         ):
-            return _build_command(job, sub, node, seq, w, w_virtual)
+            return _build_command(job, sub, node, seq, w, w_virtual, cap)
     _check_envelope(obj, FrameKind.REWEIGHT, _COMMAND_LEN)
     return _build_command(*_slow_fields(obj, _COMMAND_FIELDS, limits))
 

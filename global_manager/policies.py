@@ -1,16 +1,24 @@
-"""Whole scheduling policies, registered by name (DESIGN §3 "Policies compared").
+"""Whole scheduling policies, registered by name (docs/model.md "Policies compared").
 
-A policy bundles the admission policy, whether the SQ controller runs, and what
+A policy bundles the admission policy, whether the SQ controller runs and how, and what
 virtual subtasks do with their share:
 
-| name | admission | controller | virtual subtasks |
+| name | admission | controller | what a slowed subtask gives up |
 | --- | --- | --- | --- |
-| ``strict`` | strict | off | (none) — the paper's baseline |
-| ``sq`` | 5 % overbooking | on | idle — the paper's scheme |
-| ``none`` | none | off | (none) |
-| ``sq_no_overbooking`` | strict | on | idle |
-| ``sq_work_conserving`` | 5 % overbooking | on | lent to best effort |
-| ``sq_let_ahead`` | 5 % overbooking | on, jobs ahead of real time are not slowed | idle |
+| ``sq`` | 5 % overbooking | pace control (rate caps) | other work on its node |
+| ``strict`` | strict | off | (never slowed) — the paper's baseline |
+| ``none`` | none | off | (never slowed) |
+| ``sq_paper`` | 5 % overbooking | the paper's windows | idle (virtual subtask) |
+| ``sq_no_overbooking`` | strict | the paper's windows | idle |
+| ``sq_work_conserving`` | 5 % overbooking | the paper's windows | lent to best effort |
+| ``sq_let_ahead`` | 5 % overbooking | windows; jobs ahead are not slowed | idle |
+| ``sq_no_lend`` | 5 % overbooking | pace control | other QoS work only |
+| ``sq_no_boost`` | 5 % overbooking | pace control, no speed-up from slack | as ``sq`` |
+| ``sq_no_borrow`` | 5 % overbooking | pace control; QoS work never uses idle CPU | as ``sq`` |
+
+``sq`` is the product's default; ``sq_paper`` reproduces the paper and the three rows
+after it are its ablations, the last two are ``sq``'s. Any field can be overridden by
+name (``get_policy("sq", overbooking=0.2)``).
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from coallocator.controller import AheadPolicy, ControllerConfig
+from coallocator.controller import AheadPolicy, ControllerConfig, ControlMode
 from global_manager.admission import admission_policies
 from global_manager.registry import Registry
 from local_manager.scheduler import VirtualSubtaskMode
@@ -27,6 +35,10 @@ from local_manager.scheduler import VirtualSubtaskMode
 class PolicyName(str, Enum):
     STRICT = "strict"
     SQ = "sq"
+    SQ_PAPER = "sq_paper"
+    SQ_NO_LEND = "sq_no_lend"
+    SQ_NO_BOOST = "sq_no_boost"
+    SQ_NO_BORROW = "sq_no_borrow"
     NONE = "none"
     SQ_NO_OVERBOOKING = "sq_no_overbooking"
     SQ_WORK_CONSERVING = "sq_work_conserving"
@@ -37,7 +49,9 @@ class PolicyName(str, Enum):
 class Policy:
     """A named scheduling policy. ``admission`` names an entry of
     :data:`global_manager.admission.admission_policies`; ``overbooking`` is its ratio
-    (only for ``overbooking``); ``placement`` names a placement policy."""
+    (only for ``overbooking``); ``placement`` names a placement policy; ``lend_paced``:
+    under pace control, lend what capped subtasks leave to the best-effort and grid-local
+    queues (see :mod:`local_manager.scheduler`)."""
 
     name: str
     admission: str
@@ -46,6 +60,8 @@ class Policy:
     virtual_mode: VirtualSubtaskMode = VirtualSubtaskMode.IDLE
     placement: str = "least_loaded"
     controller_config: ControllerConfig = field(default_factory=ControllerConfig)
+    lend_paced: bool = True
+    borrow_idle: bool = True
 
     def admission_policy(self):  # -> AdmissionPolicy
         if self.admission == "overbooking":
@@ -61,10 +77,49 @@ def _strict(**kw: object) -> Policy:
     return Policy(name="strict", admission="strict", controller=False, **kw)  # type: ignore[arg-type]
 
 
+#: The product's pace controller.
+PACE = ControllerConfig(mode=ControlMode.PACE)
+
+
 @policies.register(PolicyName.SQ.value)
 def _sq(**kw: object) -> Policy:
     kw.setdefault("overbooking", 0.05)
+    kw.setdefault("controller_config", PACE)
+    kw.setdefault("virtual_mode", VirtualSubtaskMode.PACED)
     return Policy(name="sq", admission="overbooking", controller=True, **kw)  # type: ignore[arg-type]
+
+
+@policies.register(PolicyName.SQ_NO_LEND.value)
+def _sq_no_lend(**kw: object) -> Policy:
+    kw.setdefault("lend_paced", False)
+    policy = _sq(**kw)
+    return _renamed(policy, "sq_no_lend")
+
+
+@policies.register(PolicyName.SQ_NO_BOOST.value)
+def _sq_no_boost(**kw: object) -> Policy:
+    kw.setdefault(
+        "controller_config", ControllerConfig(mode=ControlMode.PACE, straggler_boost=False)
+    )
+    return _renamed(_sq(**kw), "sq_no_boost")
+
+
+@policies.register(PolicyName.SQ_NO_BORROW.value)
+def _sq_no_borrow(**kw: object) -> Policy:
+    kw.setdefault("borrow_idle", False)
+    return _renamed(_sq(**kw), "sq_no_borrow")
+
+
+@policies.register(PolicyName.SQ_PAPER.value)
+def _sq_paper(**kw: object) -> Policy:
+    kw.setdefault("overbooking", 0.05)
+    return Policy(name="sq_paper", admission="overbooking", controller=True, **kw)  # type: ignore[arg-type]
+
+
+def _renamed(policy: Policy, name: str) -> Policy:
+    from dataclasses import replace
+
+    return replace(policy, name=name)
 
 
 @policies.register(PolicyName.NONE.value)

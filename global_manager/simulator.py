@@ -24,6 +24,7 @@ from global_manager.core import Admission, GlobalConfig, GlobalManagerCore
 from global_manager.policies import Policy, get_policy
 from local_manager.scheduler import (
     DEFAULT_QUEUE_WEIGHTS,
+    CycleResult,
     LocalScheduler,
     LocalSchedulerConfig,
 )
@@ -64,7 +65,13 @@ class SimConfig:
         weights = dict(
             zip((QueueName.LOCAL, QueueName.QOS, QueueName.BEST_EFFORT), self.queue_weights)
         )
-        return LocalSchedulerConfig(weights, self.work_conserving, policy.virtual_mode)
+        return LocalSchedulerConfig(
+            weights,
+            self.work_conserving,
+            policy.virtual_mode,
+            lend_paced=policy.lend_paced,
+            borrow_idle=policy.borrow_idle,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +92,20 @@ class JobResult:
     completion_skew: float | None
     turnaround: float | None
     nodes: tuple[str, ...] = ()
+    #: Control periods with >= 2 running subtasks, and of those the ones in which the
+    #: phase difference exceeded ``A_t`` / ``|mean T_V - T_R|`` exceeded ``E_t``.
+    control_periods: int = 0
+    window_violations: int = 0
+    overall_violations: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """Everything a run produced: per-job results, per-node utilisation (CPU used by
-    subtasks over CPU offered, 0..1), the end time (s) and cycle count."""
+    subtasks over CPU offered, 0..1), the end time (s) and cycle count;
+    ``qos_utilization``: CPU used by grid QoS subtasks over the QoS queue's share of the
+    CPU offered (0..1, grid-wide); ``idle_virtual_fraction``: CPU won by virtual subtasks
+    and left idle over CPU offered (0..1, grid-wide)."""
 
     policy: str
     seed: int
@@ -99,6 +114,8 @@ class RunResult:
     end_time: float
     cycles: int
     records: tuple[PeriodRecord | SummaryRecord, ...] = field(default=())
+    qos_utilization: float = 0.0
+    idle_virtual_fraction: float = 0.0
 
     def to_json(self) -> str:
         """Deterministic JSON of the results (without the log records)."""
@@ -158,10 +175,12 @@ def simulate(
         gm.node_budgets(),
         sink if (keep_records or log_fh is not None) else None,
         cfg.log_every,
+        cfg.cycle * cfg.control_every,
     )
 
     results: dict[str, _Outcome] = {}
     used = {n.name: 0.0 for n in workload.nodes}
+    used_qos = virtual_idle = 0.0  # Mcycles, grid-wide
     jobs = sorted(workload.jobs, key=lambda j: j.arrival)
     next_job = 0
     cycles = 0
@@ -196,6 +215,8 @@ def simulate(
                     if len(sched):
                         res = sched.fast_forward(span, q, end)
                         used[name] += res.used
+                        used_qos += _qos_used(res)
+                        virtual_idle += res.virtual_idle
                         for rep in res.reports:
                             ctl.ingest(rep)
                 cycles += span
@@ -207,6 +228,8 @@ def simulate(
                     continue
                 res = sched.step(end, q)
                 used[name] += res.used
+                used_qos += _qos_used(res)
+                virtual_idle += res.virtual_idle
                 for rep in res.reports:
                     ctl.ingest(rep)
                 for key in res.finished:
@@ -218,7 +241,7 @@ def simulate(
             if cycles % cfg.control_every == 0:
                 for cmd in ctl.control_period(end):
                     schedulers[cmd.node].set_weights(
-                        (cmd.job_id, cmd.subtask), cmd.weight, cmd.virtual_weight
+                        (cmd.job_id, cmd.subtask), cmd.weight, cmd.virtual_weight, cmd.rate_cap
                     )
         ctl.finish_all()
     finally:
@@ -232,7 +255,23 @@ def simulate(
     # Utilisation over the whole run, idle stretches included.
     horizon = {n.name: n.cpu_rate * end_time for n in workload.nodes}
     util = {n: (used[n] / horizon[n] if horizon[n] > 0 else 0.0) for n in sorted(used)}
-    return RunResult(pol.name, seed, job_results, util, end_time, cycles, tuple(records))
+    offered = math.fsum(horizon.values())
+    return RunResult(
+        pol.name,
+        seed,
+        job_results,
+        util,
+        end_time,
+        cycles,
+        tuple(records),
+        qos_utilization=used_qos / (qos_share * offered) if offered > 0 else 0.0,
+        idle_virtual_fraction=virtual_idle / offered if offered > 0 else 0.0,
+    )
+
+
+def _qos_used(res: CycleResult) -> float:
+    """CPU (Mcycles) the grid QoS subtasks of one node used in a cycle result."""
+    return math.fsum(g.granted_work for g in res.grants if g.queue is QueueName.QOS)
 
 
 def _quiet_span(
@@ -319,4 +358,7 @@ def _job_result(r: _Outcome, ctl: ControllerCore) -> JobResult:
         completion_skew=summary.completion_skew if summary else None,
         turnaround=(r.completed_at - spec.arrival) if r.completed_at is not None else None,
         nodes=tuple(s.node for s in adm.subtasks),
+        control_periods=summary.periods if summary else 0,
+        window_violations=summary.window_violations if summary else 0,
+        overall_violations=summary.overall_violations if summary else 0,
     )

@@ -16,7 +16,16 @@ Each cycle of length ``q`` seconds the node offers ``speed_mhz * cores * q`` Mcy
 3. Virtual subtasks sit in the QoS queue with their own weight. In ``idle`` mode (the
    paper) the CPU they win stays idle, so slowing one subtask does not speed up its
    neighbours. In ``work_conserving`` mode it is lent to the best-effort queue for this
-   cycle only, so it is "taken back at once" the next cycle.
+   cycle only, so it is "taken back at once" the next cycle. In ``paced`` mode (pace
+   control) virtual subtasks are bookkeeping only and take no CPU: a slowed subtask is
+   held to its ``rate_cap`` instead, what it leaves goes to the other QoS entries first
+   (the queue's water filling), and what the QoS queue then leaves unused *because of
+   the caps* is lent, this cycle only, to the best-effort and grid-local queues (by their
+   queue weights, each capped by its unmet demand), even when the queues are not
+   work-conserving: a slow-down never idles the CPU. Conversely CPU that no queue uses
+   in the cycle goes to QoS subtasks that want more (``borrow_idle``; a capped one only
+   up to its cap), so the subtask that bounds its job's pace is not held to the QoS
+   share of an otherwise idle node.
 4. Every placed subtask's virtual clock advances by eqs. (4)-(5); a progress report is
    emitted for every grid QoS subtask.
 """
@@ -59,6 +68,7 @@ class VirtualSubtaskMode(str, Enum):
 
     IDLE = "idle"
     WORK_CONSERVING = "work_conserving"
+    PACED = "paced"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +92,13 @@ class LocalSchedulerConfig:
     max_running: Mapping[QueueName, int | None] = field(
         default_factory=lambda: dict(DEFAULT_MAX_RUNNING)
     )
+    #: ``paced`` mode: lend what the rate caps leave of the QoS share to the best-effort
+    #: and grid-local queues (off: it stays idle unless other QoS work takes it).
+    lend_paced: bool = True
+    #: ``paced`` mode: CPU that no queue uses this cycle goes to QoS subtasks that want
+    #: more (capped ones only up to their caps), even when the queues are not
+    #: work-conserving: the subtask that bounds its job's pace runs faster.
+    borrow_idle: bool = True
 
     def __post_init__(self) -> None:
         for q in QueueName:
@@ -248,23 +265,31 @@ class LocalScheduler:
         self._last = None
         return out
 
-    def set_weights(self, key: tuple[str, int], weight: float, virtual_weight: float) -> bool:
-        """Apply a controller decision (Mcycles/s, both >= 0). False if the subtask is gone."""
+    def set_weights(
+        self, key: tuple[str, int], weight: float, virtual_weight: float, rate_cap: float = 0.0
+    ) -> bool:
+        """Apply a controller decision (Mcycles/s, all >= 0; ``rate_cap`` 0 = no cap).
+        False if the subtask is gone."""
         if (
             not (math.isfinite(weight) and math.isfinite(virtual_weight))
+            or not math.isfinite(rate_cap)
             or weight < 0
             or virtual_weight < 0
+            or rate_cap < 0
         ):
             raise ValueError(
-                f"weights for {key}: must be finite and >= 0, got {weight!r}, {virtual_weight!r}"
+                f"weights for {key}: must be finite and >= 0, got {weight!r}, "
+                f"{virtual_weight!r}, rate cap {rate_cap!r}"
             )
         entry = self._find(key)
         if entry is None:
             return False
-        if entry.subtask.weight != weight or entry.subtask.virtual_weight != virtual_weight:
+        s = entry.subtask
+        if s.weight != weight or s.virtual_weight != virtual_weight or s.rate_cap != rate_cap:
             self._last = None
-        entry.subtask.weight = weight
-        entry.subtask.virtual_weight = virtual_weight
+        s.weight = weight
+        s.virtual_weight = virtual_weight
+        s.rate_cap = rate_cap
         return True
 
     def subtasks(self) -> list[Subtask]:
@@ -325,15 +350,22 @@ class LocalScheduler:
         # by the work it has left.
         cap: dict[tuple[str, int], float] = {}
         n_virtual = 0
+        paced = self.config.virtual_mode is VirtualSubtaskMode.PACED
+        released = 0.0  # QoS demand (Mcycles) the rate caps hold back this cycle
         for e in entries:
             s = e.subtask
             by_queue[e.queue].append(e)
             cores = s.demand.cpu
             per = full_cpu if cores == 1.0 else min(cores, node.cores) * node.speed_mhz * cycle
             left = s.work - s.done_work
-            cap[s.key] = left if left < per else per
-            if s.virtual_weight > 0 and e.queue is QueueName.QOS:
+            c = left if left < per else per
+            if paced:
+                if s.rate_cap > 0 and s.rate_cap * cycle < c:
+                    released += c - s.rate_cap * cycle
+                    c = s.rate_cap * cycle
+            elif s.virtual_weight > 0 and e.queue is QueueName.QOS:
                 n_virtual += 1
+            cap[s.key] = c
 
         queue_demand: list[float] = []
         for q in _QUEUES:
@@ -343,6 +375,14 @@ class LocalScheduler:
             queue_demand.append(min(d, capacity))
 
         queue_cpu = self._split_queues(capacity, queue_demand)
+        lendable = 0.0
+        if released > 0 and self.config.lend_paced and not self.config.work_conserving:
+            # The QoS share the caps left unused (beyond what the queue could not have used
+            # anyway) is lent to the other queues: a slow-down does not idle the CPU.
+            qi = _QUEUES.index(QueueName.QOS)
+            uncapped = min(queue_demand[qi] + released, capacity)
+            share = self._queue_shares[qi] * capacity
+            lendable = max(0.0, min(uncapped, share) - min(queue_demand[qi], share))
 
         granted: dict[tuple[str, int], float] = {}
         virtual_idle = 0.0
@@ -359,6 +399,12 @@ class LocalScheduler:
                 by_queue[QueueName.BEST_EFFORT], virtual_idle, cap, granted
             )
             virtual_idle -= lent
+        if lendable > 0:
+            lent += self._lend_to_queues(by_queue, lendable, cap, granted)
+        if paced and self.config.borrow_idle and not self.config.work_conserving:
+            idle = capacity - sum(queue_cpu.values()) - lent
+            if idle > 1e-9 * capacity:
+                lent += self._lend_to_best_effort(by_queue[QueueName.QOS], idle, cap, granted)
 
         result = self._account(
             real_time, cycle, entries, granted, queue_cpu, virtual_idle, lent, capacity
@@ -472,6 +518,31 @@ class LocalScheduler:
         for e, x in zip(members, extra):
             granted[e.subtask.key] = granted.get(e.subtask.key, 0.0) + x
         return float(sum(extra))
+
+    def _lend_to_queues(
+        self,
+        by_queue: Mapping[QueueName, list[_Entry]],
+        spare: float,
+        cap: Mapping[tuple[str, int], float],
+        granted: dict[tuple[str, int], float],
+    ) -> float:
+        """Lend up to ``spare`` Mcycles of QoS share to the unmet demand of the
+        best-effort and grid-local queues, split between them by their queue weights
+        (water filling, each capped by its unmet demand); returns what was lent."""
+        targets = (QueueName.BEST_EFFORT, QueueName.LOCAL)
+        unmet = [
+            sum(max(0.0, cap[e.subtask.key] - granted.get(e.subtask.key, 0.0)) for e in by_queue[q])
+            for q in targets
+        ]
+        if sum(unmet) <= 0:
+            return 0.0
+        shares = [self._queue_shares[_QUEUES.index(q)] for q in targets]
+        split = water_fill(min(spare, sum(unmet)), unmet, shares)
+        lent = 0.0
+        for q, amount in zip(targets, split):
+            if amount > 0:
+                lent += self._lend_to_best_effort(by_queue[q], amount, cap, granted)
+        return lent
 
     # ------------------------------------------------------------- fast forward
     def quiet_cycles(self, cycle: float, margin: int = 1) -> int:

@@ -165,6 +165,7 @@ class ControllerService:
             dict(node_budgets),
             self._write,
             config.log_every,
+            config.control_period,
         )
         self._lock = threading.RLock()
         self._stop = threading.Event()

@@ -324,7 +324,9 @@ class NodeRuntime:
                 continue
             key = (cmd.job_id, cmd.subtask)
             try:
-                applied = self.scheduler.set_weights(key, cmd.weight, cmd.virtual_weight)
+                applied = self.scheduler.set_weights(
+                    key, cmd.weight, cmd.virtual_weight, cmd.rate_cap
+                )
             except ValueError:
                 applied = False
             self.counters["commands_applied" if applied else "commands_unknown"] += 1

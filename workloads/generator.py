@@ -25,10 +25,11 @@ import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from workloads.model import JobSpec, Node, QosClass, SubtaskSpec, Workload
+from workloads.model import STANDARD_MHZ, JobSpec, Node, QosClass, SubtaskSpec, Workload
 from workloads.spec import SpecError, did_you_mean, parse_job, seconds_to_mcycles
 
 # ---------------------------------------------------------------------------------------
@@ -69,6 +70,22 @@ def _check_range(name: str, value: object, integer: bool = False) -> None:
         raise ValueError(f"PaperWorkloadParams.{name}: low > high in {value!r}")
 
 
+class Calibration(str, Enum):
+    """How the paper's "subtask execution time uniform(1500, 2500) s" becomes work.
+
+    ``expected`` (the default): the subtask's duration *at its expected rate*, so its work
+    is ``seconds * x_i`` Mcycles with ``x_i = weight * rate_per_weight`` (Mcycles/s): a
+    subtask runs 1500-2500 s when its node gives it exactly what admission promised.
+    ``literal``: reference seconds at the 1 GHz grid standard (``seconds * 1000``
+    Mcycles), the first reading; at the paper's 100-600 MHz nodes and 25 Mcycles/s per
+    weight unit such a subtask needs 10,000-100,000 s at its expected rate, and even the
+    paper's light load overloads the QoS queues (docs/decisions.md).
+    """
+
+    EXPECTED = "expected"
+    LITERAL = "literal"
+
+
 @dataclass(frozen=True, slots=True)
 class PaperWorkloadParams:
     """Every knob of the paper's experiment (DESIGN §3), with the paper's defaults.
@@ -80,6 +97,9 @@ class PaperWorkloadParams:
     subtasks per job uniform in 1..``nodes``; each subtask's work uniform in
     ``subtask_time_range`` (reference seconds at 1 GHz) and its weight an integer uniform
     in ``weight_range``. Node speeds are integers of MHz uniform in ``speed_range``.
+    ``calibration`` says how a subtask's time becomes work (:class:`Calibration`);
+    ``rate_per_weight`` is the grid's ``u_t`` (Mcycles/s per weight unit) it uses, which
+    should be the simulator's (``SimConfig.rate_per_weight``).
 
     Local and best-effort flows (the paper says only that they exist): each a Poisson
     flow over the QoS flow's span ``[0, last QoS arrival]``. Local jobs: one flow per
@@ -115,9 +135,21 @@ class PaperWorkloadParams:
     best_effort_interarrival_factor: float = 10.0
     best_effort_mean_interarrival: float | None = None
     best_effort_work_range: tuple[float, float] = (200.0, 500.0)
+    calibration: Calibration = Calibration.EXPECTED
+    rate_per_weight: float = 25.0
 
     def __post_init__(self) -> None:
         _check_int("nodes", self.nodes, 1)
+        if not isinstance(self.calibration, Calibration):
+            try:
+                object.__setattr__(self, "calibration", Calibration(self.calibration))
+            except ValueError:
+                known = ", ".join(c.value for c in Calibration)
+                raise ValueError(
+                    f"PaperWorkloadParams.calibration: must be one of {known}, "
+                    f"got {self.calibration!r}"
+                ) from None
+        _check_positive("rate_per_weight", self.rate_per_weight)
         _check_positive("mean_interarrival", self.mean_interarrival)
         if self.jobs is not None:
             _check_int("jobs", self.jobs, 1)
@@ -222,14 +254,26 @@ _FLOW_RANK = {QosClass.STRICT: 0, QosClass.LOOSE: 0, QosClass.BEST_EFFORT: 1, Qo
 
 
 def _grid_subtasks(
-    rng: random.Random, nodes: int, work_range: tuple[float, float], weights: tuple[int, int]
+    rng: random.Random,
+    nodes: int,
+    work_range: tuple[float, float],
+    weights: tuple[int, int],
+    rate_per_weight: float | None = None,
 ) -> tuple[SubtaskSpec, ...]:
+    """1..nodes subtasks. ``rate_per_weight`` None: the drawn seconds are reference
+    seconds at 1 GHz; else seconds at the subtask's expected rate
+    ``weight * rate_per_weight`` (Mcycles/s). The draws are the same either way."""
     count = rng.randint(1, nodes)
     subs = []
     for _ in range(count):
         seconds = rng.uniform(*work_range)
         weight = float(rng.randint(*weights))
-        subs.append(SubtaskSpec(work=seconds_to_mcycles(seconds), weight=weight))
+        if rate_per_weight is not None:
+            # The same time at the expected rate, as reference seconds at 1 GHz (so the
+            # work goes through the one seconds -> Mcycles conversion job files use).
+            seconds *= weight * rate_per_weight / STANDARD_MHZ
+        work = seconds_to_mcycles(seconds)
+        subs.append(SubtaskSpec(work=work, weight=weight))
     return tuple(subs)
 
 
@@ -259,7 +303,8 @@ def generate(params: PaperWorkloadParams | None = None, seed: int = 0) -> Worklo
         strict = rng.random() < p.strict_fraction
         e_t = rng.uniform(*p.window_range)
         a_t = rng.uniform(*p.window_range)
-        subs = _grid_subtasks(rng, p.nodes, p.subtask_time_range, p.weight_range)
+        per_weight = p.rate_per_weight if p.calibration is Calibration.EXPECTED else None
+        subs = _grid_subtasks(rng, p.nodes, p.subtask_time_range, p.weight_range, per_weight)
         qos = QosClass.STRICT if strict else QosClass.LOOSE
         job = JobSpec(
             name=f"{qos.value}-{k:05d}",

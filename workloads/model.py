@@ -170,7 +170,8 @@ class Subtask:
     ``expected_rate`` is ``x_i = r_i * u_t`` (Mcycles/s) fixed at admission;
     ``weight`` the current scheduling weight (Mcycles/s, starts at ``expected_rate``)
     and ``virtual_weight`` the weight of its virtual subtask (Mcycles/s, 0 until the
-    controller first slows it down). ``done_work`` in Mcycles.
+    controller first slows it down); ``rate_cap`` the most CPU it may take per second
+    under pace control (Mcycles/s; 0 = no cap). ``done_work`` in Mcycles.
     """
 
     job_id: str
@@ -183,6 +184,7 @@ class Subtask:
     weight: float
     demand: Demand = field(default_factory=Demand)
     virtual_weight: float = 0.0
+    rate_cap: float = 0.0
     done_work: float = 0.0
     start_time: float = 0.0
     finish_time: float | None = None

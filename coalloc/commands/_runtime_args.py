@@ -44,8 +44,8 @@ def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None)
         + (nodes_default or "one local manager per Ray node"),
     )
     parser.add_argument(
-        "--policy", default="sq", help="scheduling policy: sq, strict, none, sq_no_overbooking, "
-        "sq_work_conserving (default: sq)"
+        "--policy", default="sq", help="scheduling policy: sq (pace control), sq_paper (the "
+        "paper's windows), strict, none, or an ablation (default: sq)"
     )
     parser.add_argument(
         "--time-scale", type=_positive_float, default=100.0, metavar="X",

@@ -35,15 +35,22 @@ from coalloc.flags import int_flag, seconds_flag
 
 DEFAULT_NODES = (3, 6, 9, 12)
 DEFAULT_LAMBDAS = (10.0, 100.0, 200.0, 500.0)
-DEFAULT_POLICIES = ("sq", "strict")
+DEFAULT_POLICIES = ("sq", "sq_paper", "strict")
+#: u_t of the calibrated experiment (Mcycles/s per weight unit): the largest subtask
+#: (weight 4) then fits the QoS budget of the slowest paper node (0.5 x 100 MHz), so no
+#: job is refused at every load merely for its shape (docs/decisions.md).
+DEFAULT_RATE_PER_WEIGHT = 12.5
+DEFAULT_CALIBRATION = "expected"
 DEFAULT_OUT = "runs/paper"
 DEFAULT_CYCLE = 30.0  # s, the local scheduling cycle q
 DEFAULT_LOG_EVERY = 10  # control periods between routine log records (firings always)
 
 CSV_COLUMNS = (
-    "nodes", "lam", "policy", "submitted", "admitted", "completed", "acceptance_ratio",
-    "phase_jobs", "mean_phase_difference", "max_phase_difference", "mean_completion_skew",
-    "mean_turnaround", "utilization", "end_time", "cycles",
+    "nodes", "lam", "policy", "overbooking", "submitted", "admitted", "completed",
+    "acceptance_ratio", "phase_jobs", "mean_phase_difference", "max_phase_difference",
+    "mean_completion_skew", "window_violation_fraction", "overall_violation_fraction",
+    "mean_turnaround", "p95_turnaround", "utilization", "qos_utilization",
+    "idle_virtual_fraction", "end_time", "cycles",
 )
 
 
@@ -52,7 +59,9 @@ class Cell:
     """One run of the matrix: ``nodes`` nodes, mean QoS inter-arrival ``lam`` (s), one
     policy. ``seed`` seeds both the workload and the simulator's RNG; ``jobs`` is the QoS
     job count (``None``: the generator's uniform 1500..3000); ``cycle`` is ``q`` (s);
-    ``log_every`` is 0 for no phase log."""
+    ``log_every`` is 0 for no phase log; ``overbooking`` overrides the policy's ratio
+    (``None``: the policy's own); ``calibration`` and ``rate_per_weight`` (Mcycles/s per
+    weight unit) go to the generator and the simulator alike."""
 
     nodes: int
     lam: float
@@ -63,6 +72,9 @@ class Cell:
     work_conserving: bool
     log_every: int
     log_path: str | None
+    overbooking: float | None = None
+    calibration: str = DEFAULT_CALIBRATION
+    rate_per_weight: float = DEFAULT_RATE_PER_WEIGHT
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +88,21 @@ class Row:
     jobs. ``None`` when the population is empty. ``utilization``: mean over nodes of
     CPU used by subtasks over CPU offered (0..1); ``end_time`` (s) and ``cycles`` of the
     simulated run. ``wall_seconds`` is kept out of the CSV (it is not a result: the CSV
-    is byte-identical for any worker count) and written to ``results.json``."""
+    is byte-identical for any worker count) and written to ``results.json``.
+
+    The price of being in step: ``window_violation_fraction`` is, over the admitted
+    strict jobs, the fraction of control periods with at least two running subtasks in
+    which the phase difference exceeded the job's ``A_t``; ``overall_violation_fraction``
+    the same for ``|mean T_V - T_R| > E_t`` (either way: ``sq`` lets jobs run ahead);
+    ``p95_turnaround`` (s) over the completed strict jobs; ``qos_utilization`` the CPU
+    used by grid QoS subtasks over the QoS queue's share of the CPU offered;
+    ``idle_virtual_fraction`` the CPU virtual subtasks won and left idle over the CPU
+    offered. ``overbooking`` is the admission's ratio (``None`` without overbooking)."""
 
     nodes: int
     lam: float
     policy: str
+    overbooking: float | None
     submitted: int
     admitted: int
     completed: int
@@ -89,8 +111,13 @@ class Row:
     mean_phase_difference: float | None
     max_phase_difference: float | None
     mean_completion_skew: float | None
+    window_violation_fraction: float | None
+    overall_violation_fraction: float | None
     mean_turnaround: float | None
+    p95_turnaround: float | None
     utilization: float
+    qos_utilization: float
+    idle_virtual_fraction: float
     end_time: float
     cycles: int
     wall_seconds: float = 0.0
@@ -106,9 +133,11 @@ def cell_seed(seed: int, nodes: int, lam: float) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") >> 1
 
 
-def log_name(nodes: int, lam: float, policy: str) -> str:
-    """``n{nodes}-lam{lam}-{policy}.jsonl``; a whole lambda is written without ``.0``."""
-    return f"n{nodes}-lam{_lam_text(lam)}-{policy}.jsonl"
+def log_name(nodes: int, lam: float, policy: str, overbooking: float | None = None) -> str:
+    """``n{nodes}-lam{lam}-{policy}.jsonl`` (``-ob{percent}`` before the suffix when the
+    overbooking ratio is overridden); a whole lambda is written without ``.0``."""
+    ob = "" if overbooking is None else f"-ob{_lam_text(round(overbooking * 100, 6))}"
+    return f"n{nodes}-lam{_lam_text(lam)}-{policy}{ob}.jsonl"
 
 
 def _lam_text(lam: float) -> str:
@@ -125,59 +154,82 @@ def make_cells(
     work_conserving: bool = False,
     log_every: int = DEFAULT_LOG_EVERY,
     log_dir: Path | None = None,
+    overbooking: Sequence[float] | None = None,
+    calibration: str = DEFAULT_CALIBRATION,
+    rate_per_weight: float = DEFAULT_RATE_PER_WEIGHT,
 ) -> list[Cell]:
-    """Every run of the matrix, in output order (nodes, lambda, then ``policies``' order).
-    Logs go to ``log_dir`` when it is given and ``log_every > 0``."""
+    """Every run of the matrix, in output order (nodes, lambda, then ``policies``' order,
+    then ``overbooking``'s). Policies that overbook run once per ratio of ``overbooking``
+    (``None``: once, at their own ratio). Logs go to ``log_dir`` when it is given and
+    ``log_every > 0``."""
+    from global_manager.policies import get_policy
+
     cells = []
     for n in nodes:
         for lam in lams:
             s = cell_seed(seed, n, lam)
             for p in policies:
-                path = (
-                    str(log_dir / log_name(n, lam, p))
-                    if log_dir is not None and log_every > 0
-                    else None
+                overbooks = get_policy(p).admission == "overbooking"
+                ratios: Sequence[float | None] = (
+                    list(overbooking) if overbooking is not None and overbooks else [None]
                 )
-                cells.append(
-                    Cell(n, float(lam), p, s, jobs, cycle, work_conserving, log_every, path)
-                )
+                for ob in ratios:
+                    path = (
+                        str(log_dir / log_name(n, lam, p, ob))
+                        if log_dir is not None and log_every > 0
+                        else None
+                    )
+                    cells.append(
+                        Cell(n, float(lam), p, s, jobs, cycle, work_conserving, log_every, path,
+                             ob, calibration, rate_per_weight)
+                    )
     return cells
 
 
 def run_cell(cell: Cell) -> Row:
     """Generate the cell's workload and simulate it under the cell's policy (one process;
     top-level so that worker processes can import it)."""
+    from global_manager.policies import get_policy
     from global_manager.simulator import SimConfig, simulate
     from workloads.generator import PaperWorkloadParams, generate
 
     start = time.perf_counter()
     workload = generate(
-        PaperWorkloadParams(nodes=cell.nodes, mean_interarrival=cell.lam, jobs=cell.jobs),
+        PaperWorkloadParams(nodes=cell.nodes, mean_interarrival=cell.lam, jobs=cell.jobs,
+                            calibration=cell.calibration,  # type: ignore[arg-type]
+                            rate_per_weight=cell.rate_per_weight),
         seed=cell.seed,
     )
     config = SimConfig(
         cycle=cell.cycle,
         work_conserving=cell.work_conserving,
         log_every=max(cell.log_every, 1),
+        rate_per_weight=cell.rate_per_weight,
     )
-    result = simulate(workload, cell.policy, seed=cell.seed, config=config,
+    policy = (get_policy(cell.policy) if cell.overbooking is None
+              else get_policy(cell.policy, overbooking=cell.overbooking))
+    result = simulate(workload, policy, seed=cell.seed, config=config,
                       log_path=cell.log_path)
-    row = summarize_run(cell, result)
+    row = summarize_run(cell, result, policy.overbooking if policy.admission == "overbooking"
+                        else None)
     # Wall time is measured here, in the worker, so it excludes queueing in the pool.
     return _with_wall(row, time.perf_counter() - start)
 
 
-def summarize_run(cell: Cell, result: Any) -> Row:
+def summarize_run(cell: Cell, result: Any, overbooking: float | None = None) -> Row:
     """The CSV row of one :class:`~global_manager.simulator.RunResult`."""
     strict = [j for j in result.jobs if j.qos == "strict"]
     admitted = sum(1 for j in strict if j.admitted)
     done = [j for j in strict if j.completed]
     phase = result.strict_completed(min_subtasks=2)
     util = result.utilization
+    periods = sum(j.control_periods for j in strict if j.admitted)
+    turnarounds = [j.turnaround for j in done if j.turnaround is not None]
     return Row(
         nodes=cell.nodes,
         lam=cell.lam,
         policy=cell.policy,
+        overbooking=overbooking,
         submitted=len(strict),
         admitted=admitted,
         completed=len(done),
@@ -189,8 +241,17 @@ def summarize_run(cell: Cell, result: Any) -> Row:
             default=None,
         ),
         mean_completion_skew=_mean([j.completion_skew for j in phase]),
+        window_violation_fraction=(
+            sum(j.window_violations for j in strict if j.admitted) / periods if periods else None
+        ),
+        overall_violation_fraction=(
+            sum(j.overall_violations for j in strict if j.admitted) / periods if periods else None
+        ),
         mean_turnaround=_mean([j.turnaround for j in done]),
+        p95_turnaround=_percentile(turnarounds, 95.0),
         utilization=sum(util.values()) / len(util) if util else 0.0,
+        qos_utilization=result.qos_utilization,
+        idle_virtual_fraction=result.idle_virtual_fraction,
         end_time=result.end_time,
         cycles=result.cycles,
     )
@@ -199,6 +260,16 @@ def summarize_run(cell: Cell, result: Any) -> Row:
 def _mean(values: Sequence[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return math.fsum(vals) / len(vals) if vals else None
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0..100) by linear interpolation between closest ranks
+    (numpy's default); ``None`` for no values."""
+    if not values:
+        return None
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
 def _with_wall(row: Row, wall: float) -> Row:
@@ -274,20 +345,33 @@ def write_json(path: Path, rows: Sequence[Row], config: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
+def variant(row: Row) -> str:
+    """A row's policy with its overbooking ratio when it overbooks (``sq ob 5%``)."""
+    if row.overbooking is None:
+        return row.policy
+    return f"{row.policy} ob {_lam_text(round(row.overbooking * 100, 6))}%"
+
+
+def variants(rows: Sequence[Row]) -> list[str]:
+    """Every variant in first-seen order."""
+    return list(dict.fromkeys(variant(r) for r in rows))
+
+
 def _series(
-    rows: Sequence[Row], lam: float, policy: str, field: str
+    rows: Sequence[Row], lam: float, name: str, field: str
 ) -> tuple[list[int], list[float]]:
-    """(nodes, values) of one policy at one lambda, skipping empty values."""
+    """(nodes, values) of one variant at one lambda, skipping empty values."""
     points = sorted(
         (r.nodes, getattr(r, field))
         for r in rows
-        if r.lam == lam and r.policy == policy and getattr(r, field) is not None
+        if r.lam == lam and variant(r) == name and getattr(r, field) is not None
     )
     return [p[0] for p in points], [float(p[1]) for p in points]
 
 
 _LABELS = {
-    "sq": "SQ (5 % overbooking + controller)",
+    "sq ob 5%": "sq: pace control, 5 % overbooking",
+    "sq_paper ob 5%": "sq_paper: the paper's SQ (windows, 5 % overbooking)",
     "strict": "strict admission control",
     "none": "no admission control",
     "sq_no_overbooking": "SQ without overbooking",
@@ -309,7 +393,7 @@ def plot_phase_difference(path: Path, rows: Sequence[Row], lams: Sequence[float]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2),
                              constrained_layout=True, squeeze=False)
     for ax, lam in zip(axes[0], panels):
-        for policy in policies:
+        for policy in variants(rows):
             xs, ys = _series(rows, lam, policy, "mean_phase_difference")
             _, ns = _series(rows, lam, policy, "phase_jobs")
             (line,) = ax.plot(xs, ys, marker="o", label=_LABELS.get(policy, policy))
@@ -346,7 +430,7 @@ def plot_acceptance(path: Path, rows: Sequence[Row], lams: Sequence[float],
                              constrained_layout=True, squeeze=False, sharey=True)
     flat = list(axes.flat)
     for ax, lam in zip(flat, lams):
-        for policy in policies:
+        for policy in variants(rows):
             xs, ys = _series(rows, lam, policy, "acceptance_ratio")
             ax.plot(xs, ys, marker="o", label=_LABELS.get(policy, policy))
         ax.set_title(f"λ = {_lam_text(lam)} s")
@@ -363,20 +447,85 @@ def plot_acceptance(path: Path, rows: Sequence[Row], lams: Sequence[float],
     plt.close(fig)
 
 
+def tradeoff_points(rows: Sequence[Row], lam: float) -> list[dict[str, Any]]:
+    """One point per variant at ``lam``, over the node counts: strict jobs admitted
+    (summed), mean phase difference (mean of the cells', weighted by their populations)
+    and window-violation fraction (mean of the cells'), utilisation (mean)."""
+    out = []
+    for name in variants(rows):
+        cells = [r for r in rows if r.lam == lam and variant(r) == name]
+        if not cells:
+            continue
+        weighted = [(r.mean_phase_difference, r.phase_jobs) for r in cells
+                    if r.mean_phase_difference is not None and r.phase_jobs]
+        n = sum(w for _, w in weighted)
+        viol = [r.window_violation_fraction for r in cells
+                if r.window_violation_fraction is not None]
+        out.append({
+            "variant": name,
+            "admitted": sum(r.admitted for r in cells),
+            "mean_phase_difference": sum(v * w for v, w in weighted) / n if n else None,
+            "window_violation_fraction": sum(viol) / len(viol) if viol else None,
+            "utilization": sum(r.utilization for r in cells) / len(cells),
+        })
+    return out
+
+
+def plot_tradeoff(path: Path, rows: Sequence[Row], lams: Sequence[float]) -> None:
+    """The price of being in step: per lambda (one column each), strict jobs admitted
+    against mean phase difference (top) and against the window-violation fraction
+    (bottom), one point per policy and overbooking ratio, summed over the node counts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(lams), figsize=(4.2 * len(lams), 7.0),
+                             constrained_layout=True, squeeze=False)
+    names = variants(rows)
+    colors = {name: f"C{i % 10}" for i, name in enumerate(names)}
+    for col, lam in enumerate(lams):
+        for pt in tradeoff_points(rows, lam):
+            for row, field in ((0, "mean_phase_difference"), (1, "window_violation_fraction")):
+                if pt[field] is None:
+                    continue
+                ax = axes[row][col]
+                ax.scatter(pt[field], pt["admitted"], color=colors[pt["variant"]],
+                           label=_LABELS.get(pt["variant"], pt["variant"]))
+        axes[0][col].set_title(f"λ = {_lam_text(lam)} s")
+        axes[0][col].set_xlabel("mean phase difference (s)")
+        axes[1][col].set_xlabel("window-violation fraction (Φ > A_t)")
+        for row in (0, 1):
+            axes[row][col].set_ylabel("strict jobs admitted (all node counts)")
+            axes[row][col].grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", fontsize=8,
+                   ncol=min(3, len(labels)))
+    fig.suptitle("The price of being in step: admitted jobs against phase quality "
+                 "(up and to the left is better)")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def format_table(rows: Sequence[Row]) -> str:
     """The results as a fixed-width text table (``-`` for empty values)."""
     head = ("nodes", "lam", "policy", "subm", "adm", "done", "accept", "phase_n",
-            "mean_phi_s", "max_phi_s", "skew_s", "turnaround_s", "util", "wall_s")
-    lines = ["{:>5} {:>5} {:<18} {:>5} {:>5} {:>5} {:>6} {:>7} {:>10} {:>9} {:>8} "
-             "{:>12} {:>5} {:>7}".format(*head)]
+            "mean_phi_s", "max_phi_s", "viol_A", "viol_E", "turn_s", "p95_turn_s", "util",
+            "qos_util", "idle_v", "wall_s")
+    lines = ["{:>5} {:>5} {:<20} {:>5} {:>5} {:>5} {:>6} {:>7} {:>10} {:>9} {:>6} {:>6} "
+             "{:>7} {:>10} {:>5} {:>8} {:>6} {:>7}".format(*head)]
     for r in rows:
         lines.append(
-            f"{r.nodes:>5} {_lam_text(r.lam):>5} {r.policy:<18} {r.submitted:>5} "
+            f"{r.nodes:>5} {_lam_text(r.lam):>5} {variant(r):<20} {r.submitted:>5} "
             f"{r.admitted:>5} {r.completed:>5} {_num(r.acceptance_ratio, 6, 3)} "
             f"{r.phase_jobs:>7} {_num(r.mean_phase_difference, 10, 1)} "
-            f"{_num(r.max_phase_difference, 9, 1)} {_num(r.mean_completion_skew, 8, 1)} "
-            f"{_num(r.mean_turnaround, 12, 0)} {_num(r.utilization, 5, 3)} "
-            f"{_num(r.wall_seconds, 7, 1)}"
+            f"{_num(r.max_phase_difference, 9, 1)} "
+            f"{_num(r.window_violation_fraction, 6, 3)} "
+            f"{_num(r.overall_violation_fraction, 6, 3)} "
+            f"{_num(r.mean_turnaround, 7, 0)} {_num(r.p95_turnaround, 10, 0)} "
+            f"{_num(r.utilization, 5, 3)} {_num(r.qos_utilization, 8, 3)} "
+            f"{_num(r.idle_virtual_fraction, 6, 3)} {_num(r.wall_seconds, 7, 1)}"
         )
     return "\n".join(lines)
 
@@ -423,6 +572,17 @@ def _unique(flag: str, values: list[Any]) -> list[Any]:
     return values
 
 
+def _percent(flag: str, text: str) -> float:
+    """A percentage: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError(f"{flag}: {text!r} is not a percentage (expected e.g. 0,5,10)") from None
+    if not math.isfinite(value) or value < 0:
+        raise UserError(f"{flag}: must be a finite percentage >= 0, got {text}")
+    return value
+
+
 def _policy_list(text: str) -> list[str]:
     import difflib
 
@@ -452,6 +612,15 @@ def handler(args: argparse.Namespace) -> int:
         "--workers", args.workers, 1)
     cycle = seconds_flag("--cycle", args.cycle)
     log_every = int_flag("--log-every", args.log_every, 0)
+    rate_per_weight = seconds_flag("--rate-per-weight", args.rate_per_weight,
+                                   "a number of Mcycles/s > 0 (expected e.g. 12.5)")
+    if rate_per_weight <= 0:
+        raise UserError(f"--rate-per-weight: must be > 0 Mcycles/s, got {args.rate_per_weight}")
+    overbooking = None if args.overbooking is None else [
+        pct / 100.0 for pct in _list_flag(
+            "--overbooking", args.overbooking,
+            lambda p: _percent("--overbooking", p), "percentage")
+    ]
 
     out = Path(args.out)
     log_dir = out / "logs"
@@ -463,7 +632,8 @@ def handler(args: argparse.Namespace) -> int:
         raise UserError(f"{out}: cannot create output directory: {exc.strerror}") from None
 
     cells = make_cells(nodes, lams, policy_names, seed, jobs, cycle,
-                       args.work_conserving, log_every, log_dir)
+                       args.work_conserving, log_every, log_dir, overbooking,
+                       args.calibration, rate_per_weight)
     start = time.perf_counter()
     with tqdm(total=len(cells), desc="paper", unit="run", file=sys.stderr,
               disable=args.quiet) as bar:
@@ -476,6 +646,8 @@ def handler(args: argparse.Namespace) -> int:
         "cell_seeds": {f"n{n}-lam{_lam_text(lam)}": cell_seed(seed, n, lam)
                        for n in nodes for lam in lams},
         "cycle_s": cycle, "work_conserving": args.work_conserving,
+        "calibration": args.calibration, "rate_per_weight": rate_per_weight,
+        "overbooking": overbooking,
         "queue_weights": [0.3, 0.5, 0.2], "log_every": log_every,
         "workers": workers, "wall_seconds": wall,
     }
@@ -483,10 +655,12 @@ def handler(args: argparse.Namespace) -> int:
     write_json(out / "results.json", rows, config)
     plot_phase_difference(out / "phase_difference.png", rows, lams, policy_names)
     plot_acceptance(out / "acceptance.png", rows, lams, policy_names)
+    plot_tradeoff(out / "tradeoff.png", rows, lams)
     print(format_table(rows))
     print(f"{len(rows)} runs in {wall:.1f} s on {workers} worker(s); wrote "
           f"{out / 'results.csv'}, {out / 'results.json'}, {out / 'phase_difference.png'}, "
-          f"{out / 'acceptance.png'}" + (f", {log_dir}/" if log_every > 0 else ""))
+          f"{out / 'acceptance.png'}, {out / 'tradeoff.png'}"
+          + (f", {log_dir}/" if log_every > 0 else ""))
     return 0
 
 
@@ -497,8 +671,8 @@ def register(subparsers: Any) -> None:
         description=(
             "Simulate the SQ paper's experiment: for every node count x lambda, one generated "
             "workload (seeded from --seed, the node count and lambda) run under every policy. "
-            "Writes results.csv, results.json, logs/*.jsonl, phase_difference.png and "
-            "acceptance.png into --out."
+            "Writes results.csv, results.json, logs/*.jsonl, phase_difference.png, "
+            "acceptance.png and tradeoff.png into --out."
         ),
     )
     parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_NODES)),
@@ -508,7 +682,19 @@ def register(subparsers: Any) -> None:
                              "(default %(default)s)")
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                         help="comma-separated policy names (default %(default)s; also none, "
-                             "sq_no_overbooking, sq_work_conserving)")
+                             "sq_no_lend, sq_no_boost, sq_no_overbooking, sq_work_conserving, "
+                             "sq_let_ahead)")
+    parser.add_argument("--overbooking", default=None,
+                        help="comma-separated overbooking percentages: every policy that "
+                             "overbooks runs once per value (e.g. 0,5,10,20,30,50; default: "
+                             "each policy's own, 5)")
+    parser.add_argument("--calibration", choices=("expected", "literal"),
+                        default=DEFAULT_CALIBRATION,
+                        help="how a subtask's 1500-2500 s become work: at its expected rate "
+                             "(default) or at the 1 GHz standard (the literal reading)")
+    parser.add_argument("--rate-per-weight", default=str(DEFAULT_RATE_PER_WEIGHT),
+                        help="u_t, Mcycles/s per weight unit (default %(default)s: a weight-4 "
+                             "subtask fits the slowest node's QoS budget)")
     parser.add_argument("--jobs", default=None,
                         help="QoS jobs per run (default: uniform 1500..3000, the paper's)")
     parser.add_argument("--seed", default="0", help="random seed (default 0)")

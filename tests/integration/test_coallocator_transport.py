@@ -25,7 +25,13 @@ from coallocator.transport import (
     ReportReceiver,
     ReportSender,
 )
-from coallocator.wire import DropReason, WireLimits, encode_command, encode_report
+from coallocator.wire import (
+    WIRE_VERSION,
+    DropReason,
+    WireLimits,
+    encode_command,
+    encode_report,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -396,7 +402,7 @@ def test_subscriber_counts_bad_commands_and_keeps_going(ctx: zmq.Context[Any]) -
             # the ROUTER learns the subscriber's routing id from its hello
             assert router.poll(int(DEADLINE_S * 1000))
             rid, hello = router.recv_multipart()
-            assert msgpack.unpackb(hello) == [1, "hello", "n1"]
+            assert msgpack.unpackb(hello) == [WIRE_VERSION, "hello", "n1"]
             router.send_multipart([rid, b"\xc1"], zmq.NOBLOCK)
             good = ReweightCommand("j", 1, "n1", 2, 5.0, 0.5)
             bad = [
@@ -405,7 +411,7 @@ def test_subscriber_counts_bad_commands_and_keeps_going(ctx: zmq.Context[Any]) -
                 [rid, encode_report(report(1))],  # a report on the command channel
                 [rid, encode_command(ReweightCommand("j", 1, "n2", 2, 5.0, 0.5))],
                 [rid, encode_command(good), b"extra"],  # multipart
-                [rid, msgpack.packb([2, "reweight"])],
+                [rid, msgpack.packb([WIRE_VERSION + 1, "reweight"])],
             ]
             for parts in bad:
                 router.send_multipart(parts)

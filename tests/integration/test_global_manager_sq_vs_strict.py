@@ -1,39 +1,43 @@
-"""The paper's claim on a small matrix, through the whole simulated core: SQ keeps the
-subtasks of strict jobs closer in phase than strict admission control, and (with 5 %
-overbooking) admits at least as many jobs.
+"""The product's claim on a small calibrated matrix, through the whole simulated core:
+``sq`` (pace control) keeps the subtasks of strict jobs closer in phase than both strict
+admission control and the paper's scheme (``sq_paper``), while admitting at least as
+many jobs as strict admission and using the nodes at least as well.
 
-Matrix: 3 and 6 nodes, lambda = 500 s (light load), 150 QoS jobs (all strict) with
-the paper's windows, weights and node speeds, plus the generator's local and
-best-effort flows; subtasks of 50-150 reference seconds so a run takes about a second.
+Matrix: 3 and 6 nodes, lambda = 100 s (loaded) and 500 s (light), 120 QoS jobs (all
+strict) of the calibrated paper workload (subtask times 1500-2500 s at the expected rate,
+12.5 Mcycles/s per weight unit, as ``coalloc experiment paper``), plus the generator's
+local and best-effort flows; queues not work-conserving (the paper's mode).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from global_manager.simulator import RunResult, simulate
+from coalloc.experiments.paper import DEFAULT_RATE_PER_WEIGHT
+from global_manager.simulator import RunResult, SimConfig, simulate
 from workloads.generator import PaperWorkloadParams, generate
-from workloads.model import Workload
 
 pytestmark = pytest.mark.integration
 
-MATRIX = [(3, 500.0), (6, 500.0)]
+MATRIX = [(3, 100.0), (3, 500.0), (6, 100.0), (6, 500.0)]
+POLICIES = ("sq", "sq_paper", "strict")
 SEED = 1
 
 
 def _run(nodes: int, lam: float, policy: str) -> RunResult:
     w = generate(
         PaperWorkloadParams(
-            nodes=nodes, mean_interarrival=lam, jobs=150, subtask_time_range=(50.0, 150.0)
+            nodes=nodes, mean_interarrival=lam, jobs=120, rate_per_weight=DEFAULT_RATE_PER_WEIGHT
         ),
         seed=SEED,
     )
-    return simulate(Workload(w.nodes, w.jobs), policy, seed=SEED)
+    config = SimConfig(work_conserving=False, rate_per_weight=DEFAULT_RATE_PER_WEIGHT)
+    return simulate(w, policy, seed=SEED, config=config)
 
 
 def _mean_phase(r: RunResult) -> float:
     jobs = r.strict_completed(min_subtasks=2)
-    assert len(jobs) >= 20, f"{r.policy}: only {len(jobs)} completed strict jobs"
+    assert len(jobs) >= 10, f"{r.policy}: only {len(jobs)} completed strict jobs"
     return sum(j.mean_phase_difference or 0.0 for j in jobs) / len(jobs)
 
 
@@ -41,30 +45,75 @@ def _admitted(r: RunResult) -> int:
     return sum(1 for j in r.jobs if j.qos == "strict" and j.admitted)
 
 
+def _utilization(r: RunResult) -> float:
+    return sum(r.utilization.values()) / len(r.utilization)
+
+
 @pytest.fixture(scope="module")
 def runs() -> dict[tuple[int, float, str], RunResult]:
-    return {(n, lam, p): _run(n, lam, p) for n, lam in MATRIX for p in ("strict", "sq")}
+    return {(n, lam, p): _run(n, lam, p) for n, lam in MATRIX for p in POLICIES}
+
+
+def _known_gap(nodes: int, lam: float, reason: str) -> object:
+    """A cell where the claim does not hold yet: xfail(strict) with the measured figures,
+    so the test fails loudly once it holds (docs/decisions.md, "sq: pace control")."""
+    return pytest.param(nodes, lam, marks=pytest.mark.xfail(strict=True, reason=reason))
 
 
 @pytest.mark.parametrize(("nodes", "lam"), MATRIX)
-def test_sq_has_a_lower_mean_phase_difference_than_strict(
+def test_sq_keeps_subtasks_closer_in_phase_than_the_paper(
+    runs: dict[tuple[int, float, str], RunResult], nodes: int, lam: float
+) -> None:
+    sq, paper = runs[(nodes, lam, "sq")], runs[(nodes, lam, "sq_paper")]
+    assert _mean_phase(sq) <= 0.5 * _mean_phase(paper)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "lam"),
+    [
+        (3, 100.0),
+        (3, 500.0),
+        (6, 100.0),
+        _known_gap(6, 500.0, "measured 80.5 s against strict's 443.9 s (0.18x): a job's "
+                   "first control period runs uncapped, and on idle nodes that borrow "
+                   "CPU a weight-1 subtask runs up to 48x its expected rate"),
+    ],
+)
+def test_sq_keeps_subtasks_within_a_tenth_of_strict_phase_difference(
     runs: dict[tuple[int, float, str], RunResult], nodes: int, lam: float
 ) -> None:
     sq, strict = runs[(nodes, lam, "sq")], runs[(nodes, lam, "strict")]
-    assert _mean_phase(sq) < _mean_phase(strict)
+    assert _mean_phase(sq) <= 0.1 * _mean_phase(strict)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SQ admits fewer strict jobs than strict admission here (3 nodes: 118 vs 140, "
-    "6 nodes: 114 vs 139): synchronised subtasks hold their node's admission budget until "
-    "the slowest sibling is done (mean turnaround of completed multi-subtask jobs 2397 s vs "
-    "912 s at 3 nodes, 2524 s vs 780 s at 6), and 5 % overbooking does not make up for it; "
-    "see docs/decisions.md (the sq_let_ahead ablation narrows the gap to 137 and 132)",
+@pytest.mark.parametrize(
+    ("nodes", "lam"),
+    [
+        (3, 100.0),
+        (3, 500.0),
+        _known_gap(6, 100.0, "measured 70 admitted against strict's 73"),
+        (6, 500.0),
+    ],
 )
-@pytest.mark.parametrize(("nodes", "lam"), MATRIX)
 def test_sq_admits_at_least_as_many_jobs_as_strict(
     runs: dict[tuple[int, float, str], RunResult], nodes: int, lam: float
 ) -> None:
     sq, strict = runs[(nodes, lam, "sq")], runs[(nodes, lam, "strict")]
     assert _admitted(sq) >= _admitted(strict), (_admitted(sq), _admitted(strict))
+
+
+@pytest.mark.parametrize(
+    ("nodes", "lam"),
+    [
+        (3, 100.0),
+        (3, 500.0),
+        _known_gap(6, 100.0, "measured utilisation 0.2912 against strict's 0.2928 "
+                   "(3 fewer jobs admitted)"),
+        (6, 500.0),
+    ],
+)
+def test_sq_uses_the_nodes_at_least_as_well_as_strict(
+    runs: dict[tuple[int, float, str], RunResult], nodes: int, lam: float
+) -> None:
+    sq, strict = runs[(nodes, lam, "sq")], runs[(nodes, lam, "strict")]
+    assert _utilization(sq) >= _utilization(strict)

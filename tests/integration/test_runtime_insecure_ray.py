@@ -19,7 +19,7 @@ import pytest
 
 from coalloc import cli
 from coallocator.messages import ProgressReport
-from coallocator.wire import FrameError, decode_report, encode_report
+from coallocator.wire import WIRE_VERSION, FrameError, decode_report, encode_report
 
 pytestmark = pytest.mark.ray
 
@@ -75,8 +75,9 @@ def _bad_frames(good: bytes) -> dict[str, list[bytes]]:
         "truncated": [good[:-3], good[:5]],
         "too_deep": [b"\x91" * 5000 + b"\xc0"],
         "over_limit": [b"\xdd\xff\xff\xff\xff", b"\xdb\xff\xff\xff\xff"],
-        "bad_schema": [msgpack.packb([1, "progress", "j", 0]), msgpack.packb({"a": 1})],
-        "bad_version": [msgpack.packb([2, "progress"] + [0] * 10)],
+        "bad_schema": [msgpack.packb([WIRE_VERSION, "progress", "j", 0]),
+                       msgpack.packb({"a": 1})],
+        "bad_version": [msgpack.packb([WIRE_VERSION + 1, "progress"] + [0] * 10)],
         "oversized": [b"\x00" * (70 * 1024)],
         "random": [rng.randbytes(64) for _ in range(5)],
     }

@@ -77,9 +77,11 @@ def test_a_cell_equals_a_direct_simulation(runs: dict[int, Path]) -> None:
     _, rows = read_rows(runs[2] / "results.csv")
     row = next(r for r in rows if (r["nodes"], r["lam"], r["policy"]) == ("4", "500.0", "sq"))
     seed = paper.cell_seed(5, 4, 500.0)
-    workload = generate(PaperWorkloadParams(nodes=4, mean_interarrival=500.0, jobs=30), seed)
+    workload = generate(PaperWorkloadParams(nodes=4, mean_interarrival=500.0, jobs=30,
+                                            rate_per_weight=paper.DEFAULT_RATE_PER_WEIGHT), seed)
     result = simulate(workload, "sq", seed=seed,
-                      config=SimConfig(cycle=30.0, work_conserving=False, log_every=10),
+                      config=SimConfig(cycle=30.0, work_conserving=False, log_every=10,
+                                       rate_per_weight=paper.DEFAULT_RATE_PER_WEIGHT),
                       keep_records=True)
     strict = [j for j in result.jobs if j.qos == "strict"]
     phase = [j for j in strict if j.completed and j.subtasks >= 2]

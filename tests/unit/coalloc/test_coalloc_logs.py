@@ -46,7 +46,8 @@ def test_summarize_table_of_one_log(logs: Path, capsys) -> None:
     for ln, r in zip(body, rows):
         cells = ln.split()
         assert cells[1] == r["qos"] and int(cells[3]) == r["periods"]
-        assert float(cells[4]) == pytest.approx(r["mean_phase_difference"], abs=0.05)
+        # the table rounds to 0.1 s (a tie like 1.25 may print as 1.2)
+        assert float(cells[4]) == pytest.approx(r["mean_phase_difference"], abs=0.0501)
         assert float(cells[5]) == pytest.approx(r["max_phase_difference"], abs=0.05)
     last = lines[-1].split()
     assert int(last[0]) == summary.jobs and int(last[1]) == summary.completed

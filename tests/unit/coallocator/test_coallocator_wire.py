@@ -214,16 +214,17 @@ REJECTIONS: list[tuple[str, bytes, DropReason]] = [
      DropReason.OVER_LIMIT),
     ("trailing byte", encode_report(REPORT) + b"\x00", DropReason.TRAILING_BYTES),
     ("second envelope", encode_report(REPORT) * 2, DropReason.TRAILING_BYTES),
-    ("version 2", pack([2, *report_envelope()[1:]]), DropReason.BAD_VERSION),
+    ("another version", pack([WIRE_VERSION + 1, *report_envelope()[1:]]), DropReason.BAD_VERSION),
     ("version 0", pack([0, *report_envelope()[1:]]), DropReason.BAD_VERSION),
     ("version as str", pack(["1", *report_envelope()[1:]]), DropReason.BAD_VERSION),
     ("version as bool", pack([True, *report_envelope()[1:]]), DropReason.BAD_VERSION),
     ("version as float", pack([1.0, *report_envelope()[1:]]), DropReason.BAD_VERSION),
-    ("version 2 with other fields", pack([2, "progress", {"any": "thing"}]),
+    ("another version with other fields", pack([WIRE_VERSION + 1, "progress", {"any": "thing"}]),
      DropReason.BAD_VERSION),
     ("command on the report channel", encode_command(COMMAND), DropReason.BAD_KIND),
-    ("unknown kind", pack([1, "heartbeat", *report_envelope()[2:]]), DropReason.BAD_KIND),
-    ("kind as int", pack([1, 1, *report_envelope()[2:]]), DropReason.BAD_KIND),
+    ("unknown kind", pack([WIRE_VERSION, "heartbeat", *report_envelope()[2:]]),
+     DropReason.BAD_KIND),
+    ("kind as int", pack([WIRE_VERSION, 1, *report_envelope()[2:]]), DropReason.BAD_KIND),
     ("not an array", pack({"version": 1}), DropReason.BAD_SCHEMA),
     ("a bare int", pack(1), DropReason.BAD_SCHEMA),
     ("one element", pack([1]), DropReason.BAD_SCHEMA),
@@ -344,7 +345,7 @@ def test_huge_declared_sizes_are_rejected_without_allocating() -> None:
 def test_deep_nesting_within_the_parser_stack_is_still_rejected() -> None:
     # 500 levels fit in msgpack's stack: decoded (bounded by the frame length), then
     # refused by the schema
-    frame = b"\x93\x01\xa8progress" + b"\x91" * 500 + b"\x00"
+    frame = b"\x93" + bytes([WIRE_VERSION]) + b"\xa8progress" + b"\x91" * 500 + b"\x00"
     assert reason_of(frame) is DropReason.BAD_SCHEMA
     frame = pack(report_envelope(job_id=[[[["deep"]]]]))
     assert reason_of(frame) is DropReason.BAD_SCHEMA
@@ -476,12 +477,12 @@ def test_hello_round_trip_property(node: str) -> None:
 @pytest.mark.parametrize(
     ("frame", "reason"),
     [
-        (msgpack.packb([1, "hello"]), DropReason.BAD_SCHEMA),
-        (msgpack.packb([1, "hello", "n1", 7]), DropReason.BAD_SCHEMA),
-        (msgpack.packb([1, "hello", ""]), DropReason.BAD_VALUE),
-        (msgpack.packb([1, "hello", 5]), DropReason.BAD_SCHEMA),
-        (msgpack.packb([2, "hello", "n1"]), DropReason.BAD_VERSION),
-        (msgpack.packb([1, "reweight", "n1"]), DropReason.BAD_KIND),
+        (msgpack.packb([wire.WIRE_VERSION, "hello"]), DropReason.BAD_SCHEMA),
+        (msgpack.packb([wire.WIRE_VERSION, "hello", "n1", 7]), DropReason.BAD_SCHEMA),
+        (msgpack.packb([wire.WIRE_VERSION, "hello", ""]), DropReason.BAD_VALUE),
+        (msgpack.packb([wire.WIRE_VERSION, "hello", 5]), DropReason.BAD_SCHEMA),
+        (msgpack.packb([wire.WIRE_VERSION + 1, "hello", "n1"]), DropReason.BAD_VERSION),
+        (msgpack.packb([wire.WIRE_VERSION, "reweight", "n1"]), DropReason.BAD_KIND),
         (b"\xc1", DropReason.UNDECODABLE),
     ],
 )

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from coallocator.controller import ControlMode
 from global_manager.core import GlobalConfig, GlobalManagerCore
 from global_manager.policies import PolicyName, get_policy, policies
 from local_manager.scheduler import VirtualSubtaskMode
@@ -226,7 +227,14 @@ def test_policy_registry() -> None:
     assert policies.names() == sorted(p.value for p in PolicyName)
     sq = get_policy("sq")
     assert (sq.admission, sq.controller, sq.overbooking) == ("overbooking", True, 0.05)
-    assert sq.virtual_mode is VirtualSubtaskMode.IDLE
+    assert sq.virtual_mode is VirtualSubtaskMode.PACED
+    assert sq.controller_config.mode is ControlMode.PACE and sq.lend_paced
+    paper = get_policy("sq_paper")
+    assert (paper.admission, paper.controller, paper.overbooking) == ("overbooking", True, 0.05)
+    assert paper.virtual_mode is VirtualSubtaskMode.IDLE
+    assert paper.controller_config.mode is ControlMode.WINDOWS
+    assert not get_policy("sq_no_lend").lend_paced
+    assert not get_policy("sq_no_boost").controller_config.straggler_boost
     st = get_policy("strict")
     assert (st.admission, st.controller) == ("strict", False)
     assert get_policy("none").admission_policy().name == "none"

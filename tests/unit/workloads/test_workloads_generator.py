@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from workloads.generator import (
+    Calibration,
     PaperWorkloadParams,
     Workload,
     assign_ids,
@@ -102,6 +103,8 @@ params_strategy = st.builds(
     local_work_range=_range(1, 1000),
     best_effort_interarrival_factor=st.floats(min_value=0.5, max_value=50),
     best_effort_work_range=_range(1, 1000),
+    calibration=st.sampled_from(list(Calibration)),
+    rate_per_weight=st.floats(min_value=0.5, max_value=100),
 )
 
 
@@ -125,7 +128,11 @@ def test_generated_values_respect_every_range(p: PaperWorkloadParams, seed: int)
             else:
                 assert s.weight == int(s.weight)
                 assert p.weight_range[0] <= s.weight <= p.weight_range[1]
-        works = [mcycles_to_seconds(s.work) for s in job.subtasks]
+        if job.qos in (QosClass.STRICT, QosClass.LOOSE) and p.calibration is Calibration.EXPECTED:
+            # seconds at the expected rate weight * rate_per_weight
+            works = [s.work / (s.weight * p.rate_per_weight) for s in job.subtasks]
+        else:
+            works = [mcycles_to_seconds(s.work) for s in job.subtasks]
         work_range = {
             QosClass.STRICT: p.subtask_time_range,
             QosClass.LOOSE: p.subtask_time_range,
