@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
 
 from coalloc import __version__
-from coalloc.errors import UserError
+from coalloc.errors import UserError, escape_controls
 
 # Sub-command modules are discovered in :mod:`coalloc.commands`, so that adding a
 # command never means editing a shared list. ``--help`` lists them in this order
@@ -41,17 +42,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+#: Exit status when the reader of stdout went away (``coalloc status | head -1``): that
+#: of a process killed by SIGPIPE (128 + 13), as ``seq 100000 | head -1`` under
+#: ``set -o pipefail``; nothing is printed.
+EXIT_BROKEN_PIPE = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what is still
+    buffered does not fail again on the closed pipe."""
     try:
-        return int(args.handler(args) or 0)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no real file descriptor (captured)
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status. Errors of the user's making are one line
+    on stderr (no traceback); a closed stdout pipe ends the command quietly with
+    :data:`EXIT_BROKEN_PIPE`."""
+    try:
+        args = build_parser().parse_args(argv)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here at the latest
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except UserError as exc:
-        print(f"coalloc: error: {exc}", file=sys.stderr)
+        _say(f"coalloc: error: {escape_controls(str(exc))}")
         return exc.exit_code
     except KeyboardInterrupt:
-        print("coalloc: interrupted", file=sys.stderr)
+        _say("coalloc: interrupted")
         return 130
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (BrokenPipeError, OSError, ValueError):  # nobody reads stderr either
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -69,28 +69,32 @@ class Client:
         """Job specs from a mapping, a JobSpec, a list of those, or a YAML/JSON file path;
         checked against the number of nodes (SpecError names the source and field)."""
         from workloads.model import JobSpec
-        from workloads.spec import check_fits, load_jobs, parse_document, parse_job
+        from workloads.spec import check_fits, check_name, load_jobs, parse_document, parse_job
 
         source = "<input>"
+        # The node count first: a job with more subtasks is refused before its subtasks
+        # are parsed.
+        n_nodes = int(self.deployment()["n_nodes"])
         if isinstance(spec, (str, Path)):
             source = str(spec)
-            jobs = load_jobs(spec)
+            jobs = load_jobs(spec, n_nodes)
         elif isinstance(spec, JobSpec):
             jobs = [spec]
         elif isinstance(spec, Mapping):
-            jobs = [parse_job(spec, source)]
+            jobs = [parse_job(spec, source, n_nodes=n_nodes)]
         elif isinstance(spec, Iterable):
             items = list(spec)
             if all(isinstance(j, JobSpec) for j in items):
                 jobs = items
             else:
-                jobs = parse_document(items, source)
+                jobs = parse_document(items, source, n_nodes)
         else:
             raise UserError(
                 f"spec: expected a job mapping, a JobSpec or a file path, got {type(spec).__name__}"
             )
-        n_nodes = int(self.deployment()["n_nodes"])
         for i, job in enumerate(jobs):
+            at = f"jobs[{i}]." if len(jobs) > 1 else ""
+            check_name(str(job.name), source, f"{at}name")  # a JobSpec built in Python
             check_fits(job, n_nodes, source, i if len(jobs) > 1 else None)
         return jobs
 
@@ -168,6 +172,23 @@ def resolve_address(address: str | None) -> str:
         f"no coalloc cluster: {state_path()} does not exist; run coalloc up "
         "(or give --address host:port of a Ray cluster where coalloc up ran)"
     )
+
+
+def recorded_node_count(address: str | None) -> int | None:
+    """The node count ``coalloc up`` recorded in the state file for the deployment
+    ``address`` names (None: no such record; an unreadable state file counts as none
+    here, the command that needs the cluster reports it)."""
+    from runtime.state import load_state
+
+    try:
+        state = load_state()
+    except UserError:
+        return None
+    if state is None or (address and address not in (state.address,
+                                                     state.extra.get("connect_address"))):
+        return None
+    n = state.extra.get("n_nodes")
+    return n if type(n) is int and n > 0 else None
 
 
 def connect(address: str | None = None) -> Client:

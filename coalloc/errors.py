@@ -2,6 +2,27 @@
 
 from __future__ import annotations
 
+import unicodedata
+
+#: Unicode categories never printed raw: controls (C0, DEL, C1: ESC, NUL, newline, tab),
+#: format characters (bidirectional overrides, zero-width), line/paragraph separators,
+#: surrogates.
+UNPRINTABLE_CATEGORIES = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs"))
+
+
+def is_unprintable(ch: str) -> bool:
+    """Whether the character ``ch`` must not reach a terminal raw."""
+    return unicodedata.category(ch) in UNPRINTABLE_CATEGORIES
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every unprintable character written as its Python escape
+    (``\\x1b``, ``\\n``, ``\\u202e``), so that user-supplied strings can neither drive
+    the terminal nor break a one-line message. Printable text is unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(ascii(ch)[1:-1] if is_unprintable(ch) else ch for ch in text)
+
 
 class UserError(Exception):
     """An error caused by user input or the environment, shown as one line.

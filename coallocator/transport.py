@@ -7,14 +7,26 @@ are the controller's two endpoints (the GlobalManager holds them):
   (:class:`ReportReceiver`); every local manager connects a PUSH socket
   (:class:`ReportSender`). PULL fair-queues the managers, one frame per message.
 * **Commands**, controller -> local managers: the controller binds a ROUTER socket
-  (:class:`CommandPublisher`); every local manager connects a DEALER whose routing id is
-  its node name (:class:`CommandSubscriber`). ROUTER addresses a command to exactly one
-  node by that id, with no prefix-matching pitfalls (PUB/SUB topics are prefixes: a
-  subscription to ``node1`` also receives ``node10``'s commands) and with feedback:
-  ``ROUTER_MANDATORY`` turns a command for a node that is not connected into a counted
-  ``unroutable`` instead of a silent loss, and ``ROUTER_HANDOVER`` lets a restarted local
-  manager take its name over from its dead predecessor. Losing a command is harmless
-  (the next control period re-sends absolute weights), so full queues drop, never block.
+  (:class:`CommandPublisher`); every local manager connects a DEALER
+  (:class:`CommandSubscriber`) that names its node in ``hello`` frames. The ROUTER
+  gives each connection its own routing id and binds a node to the connection its
+  latest valid hello came on, so a command reaches exactly one node, with no
+  prefix-matching pitfalls (PUB/SUB topics are prefixes: a subscription to ``node1``
+  also receives ``node10``'s commands) and with feedback: ``ROUTER_MANDATORY`` turns a
+  command for a node with no connection into a counted ``unroutable`` instead of a
+  silent loss. A restarted local manager takes its node back with its first hello; a
+  peer can no longer pick a node's name as its routing id (no ``ROUTER_HANDOVER``).
+  Losing a command is harmless (the next control period re-sends absolute weights), so
+  full queues drop, never block. The controller reads everything peers send on the
+  ROUTER (:meth:`CommandPublisher.poll_incoming`) and discards all but hellos.
+
+Security. Given the runtime's keys (:mod:`coallocator.security`), both channels run
+CURVE: the controller's sockets are CURVE servers whose ZAP handler admits only the
+local managers' keys and names each connection by its node (ZAP User-Id); a report or
+hello naming another node than its key's is dropped as ``spoofed_node``; refused
+connections (plaintext peers, unknown keys, wrong server key) are counted from the
+sockets' monitors (``auth_failures``). Without keys (``--insecure``) everything is
+plaintext and anyone who reaches the ports may send.
 
 Nothing here blocks a subtask or the control loop: every send is non-blocking with a
 bounded high-water mark and counts what it drops; receivers wait at most the timeout
@@ -35,21 +47,31 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from coallocator.messages import ProgressReport, ReweightCommand
+from coallocator.security import (
+    ClientCurve,
+    NodeAuthenticator,
+    client_options,
+    server_options,
+)
 from coallocator.wire import (
     DEFAULT_LIMITS,
     DropReason,
     FrameError,
     WireLimits,
     decode_command,
+    decode_hello,
     decode_report,
     encode_command,
+    encode_hello,
     encode_report,
 )
 
@@ -140,20 +162,124 @@ def _connect(sock: zmq.Socket[Any], endpoint: str) -> None:
     sock.connect(endpoint)
 
 
+def _auth_context(
+    context: zmq.Context[Any] | None, auth: NodeAuthenticator | None
+) -> zmq.Context[Any] | None:
+    """The context a server socket is made on: the authenticator's when there is one
+    (its ZAP handler serves only that context)."""
+    if auth is None:
+        return context
+    if context is not None and context is not auth.context:
+        raise ValueError("context: a CURVE socket lives on its authenticator's context")
+    return auth.context
+
+
+def _start_monitor(sock: zmq.Socket[Any]) -> HandshakeMonitor:
+    try:
+        return HandshakeMonitor(sock)
+    except Exception:
+        sock.close(linger=0)
+        raise
+
+
+#: Handshake failures a server socket's monitor reports (ZeroMQ >= 4.3).
+_HANDSHAKE_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+#: ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH: the peer speaks another security mechanism
+#: (a plaintext peer at a CURVE server).
+_MECHANISM_MISMATCH = 0x11000002
+
+
+class HandshakeMonitor:
+    """Counts the connections a CURVE server socket refused, from its ZeroMQ monitor:
+    ``plaintext`` (the peer does not speak CURVE), ``unknown_key`` (ZAP refused the
+    peer's key), ``bad_handshake`` (anything else: a peer that does not know the server
+    key, a broken handshake, and a plaintext peer that noticed the mismatch first and hung
+    up). Each refused connection counts once (libzmq peers retry after a refused key but
+    give up after a protocol error).
+    :meth:`drain` reads the events without blocking (from the socket's thread); events
+    beyond the monitor's queue (1000) between two drains are lost."""
+
+    def __init__(self, sock: zmq.Socket[Any]) -> None:
+        self._owner = sock
+        self._mon: zmq.Socket[Any] = sock.get_monitor_socket(_HANDSHAKE_EVENTS)
+        self._mon.setsockopt(zmq.LINGER, 0)
+        self.refused = {"plaintext": 0, "unknown_key": 0, "bad_handshake": 0}
+
+    def drain(self, max_events: int = 10_000) -> int:
+        """Count the events that have arrived; returns how many."""
+        n = 0
+        for _ in range(max_events):
+            try:
+                parts = self._mon.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            n += 1
+            try:
+                event = parse_monitor_message(parts)
+            except Exception:  # noqa: BLE001 - a malformed event is still a failure
+                self.refused["bad_handshake"] += 1
+                continue
+            if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                self.refused["unknown_key"] += 1
+            elif event["value"] == _MECHANISM_MISMATCH:
+                self.refused["plaintext"] += 1
+            else:
+                self.refused["bad_handshake"] += 1
+        return n
+
+    @property
+    def failures(self) -> int:
+        return sum(self.refused.values())
+
+    def counters(self) -> dict[str, Any]:
+        return {"auth_failures": self.failures, "refused": dict(self.refused)}
+
+    def close(self) -> None:
+        try:
+            self._owner.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._mon.close(linger=0)
+
+
+def _no_auth_counters() -> dict[str, Any]:
+    return {"auth_failures": 0, "refused": {"plaintext": 0, "unknown_key": 0,
+                                            "bad_handshake": 0}}
+
+
 _S = TypeVar("_S", bound="_SocketOwner")
 
 
 class _SocketOwner:
-    """Owns one ZeroMQ socket: ``close()`` is idempotent (the socket closes with LINGER
-    0), and the owner is a context manager that closes it on exit."""
+    """Owns one ZeroMQ socket (and, on a CURVE server, its handshake monitor):
+    ``close()`` is idempotent (the socket closes with LINGER 0), and the owner is a
+    context manager that closes it on exit."""
 
     _sock: zmq.Socket[Any]
     _closed: bool
+    _monitor: HandshakeMonitor | None = None
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._monitor is not None:
+                self._monitor.close()
             self._sock.close(linger=0)
+
+    #: Whether the socket speaks CURVE (set at construction).
+    secure: bool = False
+
+    def auth_counters(self) -> dict[str, Any]:
+        """``auth_failures`` (connections refused in the handshake) and ``refused`` by
+        kind (see :class:`HandshakeMonitor`), as of the last ``poll``; zeros on a
+        plaintext socket. Safe from any thread (reads ints only)."""
+        if self._monitor is None:
+            return _no_auth_counters()
+        return self._monitor.counters()
 
     def __enter__(self: _S) -> _S:
         return self
@@ -304,6 +430,13 @@ class ReportReceiver(_Receiver):
     most about ``rcvhwm`` x ``max_msg_bytes`` (valid frames are under 600 bytes; lower
     both where hostile peers can connect). ``dedupe_window``/``max_streams``: see
     :class:`ReportDeduplicator`.
+
+    ``auth``: a :class:`~coallocator.security.NodeAuthenticator` makes the socket a CURVE
+    server on the authenticator's context (``context`` must then be None): only the
+    runtime's local-manager keys connect, refused connections are counted
+    (:meth:`counters`' ``auth_failures``), and a report whose ``node`` is not the node
+    of the key that sent it is dropped as ``spoofed_node``. Without ``auth`` the socket
+    is plaintext (``--insecure``): anyone who reaches the port may send.
     """
 
     def __init__(
@@ -317,8 +450,10 @@ class ReportReceiver(_Receiver):
         dedupe_window: int = DEFAULT_DEDUPE_WINDOW,
         max_streams: int = DEFAULT_MAX_STREAMS,
         context: zmq.Context[Any] | None = None,
+        auth: NodeAuthenticator | None = None,
     ) -> None:
         _check_positive("rcvhwm", rcvhwm, 0)
+        context = _auth_context(context, auth)
         cap = 16 * limits.max_frame_bytes if max_msg_bytes is None else max_msg_bytes
         _check_positive("max_msg_bytes", cap, limits.max_frame_bytes)
         self.limits = limits
@@ -327,10 +462,15 @@ class ReportReceiver(_Receiver):
         self._duplicates = 0
         self._stale = 0
         self._internal_errors = 0
+        options: list[tuple[int, int | bytes]] = [(zmq.RCVHWM, rcvhwm), (zmq.MAXMSGSIZE, cap)]
+        if auth is not None:
+            options += server_options(auth.curve)
         self._sock, self.port = _open_socket(
-            context, zmq.PULL, ((zmq.RCVHWM, rcvhwm), (zmq.MAXMSGSIZE, cap)),
-            lambda sock: _bind(sock, host, port),
+            context, zmq.PULL, options, lambda sock: _bind(sock, host, port)
         )
+        self.secure = auth is not None
+        if self.secure:
+            self._monitor = _start_monitor(self._sock)
         self.host = host
         self.endpoint = _tcp_endpoint(host, self.port)
         self._rcvtimeo = -1
@@ -353,6 +493,8 @@ class ReportReceiver(_Receiver):
         flags = self._first_flags(timeout_s, max_messages)
         out: list[ProgressReport] = []
         self._drain(out, max_messages, flags)
+        if self._monitor is not None:
+            self._monitor.drain()
         return out
 
     def _drain(self, out: list[ProgressReport], max_messages: int, flags: int) -> int:
@@ -366,6 +508,7 @@ class ReportReceiver(_Receiver):
         check = self.dedupe.check
         append = out.append
         noblock = zmq.NOBLOCK
+        secure = self.secure
         received = accepted = duplicates = stale = 0
         try:
             for _ in range(max_messages):
@@ -385,6 +528,10 @@ class ReportReceiver(_Receiver):
                     report = decode(frame, limits)
                 except FrameError as exc:
                     self._count_drop(exc.reason)
+                    continue
+                if secure and frame.get("User-Id") != report.node:
+                    # ZAP's User-Id is the node whose key sent the frame
+                    self._count_drop(DropReason.SPOOFED_NODE)
                     continue
                 verdict = check(report.node, report.incarnation, report.seq)
                 if verdict == "new":
@@ -411,12 +558,15 @@ class ReportReceiver(_Receiver):
     def counters(self) -> dict[str, Any]:
         """Snapshot: ``received`` messages = ``accepted`` + ``duplicates`` + ``stale`` +
         ``dropped_total``; ``dropped`` maps every DropReason value to its count;
-        ``streams``: (node, incarnation) streams remembered by the duplicate filter."""
+        ``streams``: (node, incarnation) streams remembered by the duplicate filter;
+        ``secure``, ``auth_failures`` and ``refused`` (see :meth:`auth_counters`)."""
         snap = self._base_counters()
         snap["duplicates"] = self._duplicates
         snap["stale"] = self._stale
         snap["internal_errors"] = self._internal_errors
         snap["streams"] = len(self.dedupe)
+        snap["secure"] = self.secure
+        snap.update(self.auth_counters())
         return snap
 
 
@@ -430,6 +580,10 @@ class ReportSender(_SocketOwner):
     ``immediate`` (the default) nothing is queued while the controller is unreachable:
     reports queued then would be stale when it comes back, and the next cycle's report
     supersedes them anyway.
+
+    ``curve``: the local manager's CURVE keys (:class:`~coallocator.security.ClientCurve`);
+    the socket then talks only to a server holding the matching secret key, and the
+    controller admits it as ``curve.node``. None: plaintext (``--insecure``).
     """
 
     def __init__(
@@ -440,6 +594,7 @@ class ReportSender(_SocketOwner):
         immediate: bool = True,
         limits: WireLimits = DEFAULT_LIMITS,
         context: zmq.Context[Any] | None = None,
+        curve: ClientCurve | None = None,
     ) -> None:
         _check_endpoint(endpoint)
         _check_positive("sndhwm", sndhwm)
@@ -447,10 +602,15 @@ class ReportSender(_SocketOwner):
         self.limits = limits
         self._sent = 0
         self._dropped = 0
+        options: list[tuple[int, int | bytes]] = [
+            (zmq.SNDHWM, sndhwm), (zmq.IMMEDIATE, 1 if immediate else 0)
+        ]
+        if curve is not None:
+            options += client_options(curve)
         self._sock, _ = _open_socket(
-            context, zmq.PUSH, ((zmq.SNDHWM, sndhwm), (zmq.IMMEDIATE, 1 if immediate else 0)),
-            lambda sock: _connect(sock, endpoint),
+            context, zmq.PUSH, options, lambda sock: _connect(sock, endpoint)
         )
+        self.secure = curve is not None
         self._closed = False
 
     def send(self, report: ProgressReport) -> bool:
@@ -474,8 +634,9 @@ class ReportSender(_SocketOwner):
 
 
 def _routing_id(node: str) -> bytes:
-    """A node name as a ZeroMQ routing id: 1..255 bytes, not starting with a zero byte
-    (ids starting with 0 are reserved by ZeroMQ)."""
+    """A node name as bytes, checked as a ZeroMQ routing id would be: 1..255 bytes, not
+    starting with a zero byte (the hello frame carries it; names stay valid routing ids
+    for peers that use them)."""
     if not isinstance(node, str) or not node:
         raise ValueError(f"node: must be a non-empty str, got {node!r}")
     rid = node.encode("utf-8")
@@ -486,13 +647,31 @@ def _routing_id(node: str) -> bytes:
     return rid
 
 
+#: Nodes the command publisher remembers a route to at most (insecure peers may name any).
+MAX_ROUTES = 4096
+
+
 class CommandPublisher(_SocketOwner):
     """The controller's end of the command channel: a bound ROUTER socket.
 
-    :meth:`publish` addresses a :class:`ReweightCommand` to the DEALER whose routing id
-    is ``command.node``. Never blocks: a node that is not connected (yet, or any more)
-    counts ``unroutable``, a node whose queue (``sndhwm`` messages) is full counts
-    ``dropped``; both return False.
+    Routes. The ROUTER gives every connection a routing id of its own (peers do not
+    choose it); a local manager's DEALER names its node with a ``hello`` frame, which
+    binds the node to that connection. With CURVE (``auth``) a hello counts only if its
+    node is the node of the key that sent it (the ZAP User-Id); otherwise it is dropped
+    as ``spoofed_node``, so one node's key cannot take another node's commands, and a
+    peer without a runtime key cannot connect at all. The latest valid hello of a node
+    wins (a restarted local manager takes its node back on its first hello).
+
+    :meth:`publish` sends a :class:`ReweightCommand` to the connection bound to
+    ``command.node``. Never blocks: a node with no route (no hello yet, or the connection
+    is gone) counts ``unroutable``, a node whose queue (``sndhwm`` messages) is full
+    counts ``dropped``; both return False.
+
+    :meth:`poll_incoming` reads everything peers sent: valid hellos update the routes,
+    anything else is discarded and counted (``discarded``). The controller calls it
+    continuously, so peers cannot make it hold unread messages: at most ``rcvhwm``
+    messages of at most ``max_msg_bytes`` (a larger message makes libzmq drop that peer's
+    connection) queue per connection between two calls.
     """
 
     def __init__(
@@ -501,36 +680,97 @@ class CommandPublisher(_SocketOwner):
         port: int | None = None,
         *,
         sndhwm: int = 1000,
+        rcvhwm: int = 100,
+        max_msg_bytes: int = 1024,
         limits: WireLimits = DEFAULT_LIMITS,
         context: zmq.Context[Any] | None = None,
+        auth: NodeAuthenticator | None = None,
     ) -> None:
         _check_positive("sndhwm", sndhwm)
+        _check_positive("rcvhwm", rcvhwm)
+        _check_positive("max_msg_bytes", max_msg_bytes, 64)
+        context = _auth_context(context, auth)
         self.limits = limits
         self._sent = 0
         self._dropped = 0
         self._unroutable = 0
-        options = (
+        self._hellos = 0
+        self._discarded = 0
+        self._spoofed = 0
+        self._routes: dict[str, bytes] = {}
+        options: list[tuple[int, int | bytes]] = [
             (zmq.SNDHWM, sndhwm),
+            (zmq.RCVHWM, rcvhwm),
             (zmq.ROUTER_MANDATORY, 1),
-            (zmq.ROUTER_HANDOVER, 1),
-            # nothing is ever read from the local managers on this socket
-            (zmq.MAXMSGSIZE, 1024),
-        )
+            # hellos are under 300 bytes; nothing else is ever read on this socket
+            (zmq.MAXMSGSIZE, max_msg_bytes),
+        ]
+        if auth is not None:
+            options += server_options(auth.curve)
         self._sock, self.port = _open_socket(
             context, zmq.ROUTER, options, lambda sock: _bind(sock, host, port)
         )
+        self.secure = auth is not None
+        if self.secure:
+            self._monitor = _start_monitor(self._sock)
         self.host = host
         self.endpoint = _tcp_endpoint(host, self.port)
         self._closed = False
 
+    def poll_incoming(self, max_messages: int = DEFAULT_MAX_MESSAGES) -> int:
+        """Read (without blocking) at most ``max_messages`` messages peers sent: learn
+        the routes from valid hellos, discard and count the rest; returns how many
+        messages were read. Never raises on bad input; RuntimeError once closed."""
+        _check_positive("max_messages", max_messages)
+        if self._closed:
+            raise RuntimeError("CommandPublisher: poll_incoming after close")
+        sock = self._sock
+        taken = 0
+        for _ in range(max_messages):
+            try:
+                rid = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            taken += 1
+            if not sock.get(zmq.RCVMORE):  # cannot happen on a ROUTER; be safe
+                self._discarded += 1
+                continue
+            frame = sock.recv(zmq.NOBLOCK, copy=False)
+            if frame.more:
+                _drain_rest(sock)
+                self._discarded += 1
+                continue
+            try:
+                node = decode_hello(frame, self.limits)
+            except FrameError:
+                self._discarded += 1
+                continue
+            if self.secure and frame.get("User-Id") != node:
+                self._spoofed += 1
+                continue
+            self._hellos += 1
+            if node not in self._routes and len(self._routes) >= MAX_ROUTES:
+                self._routes.pop(next(iter(self._routes)))
+            self._routes[node] = rid
+        if self._monitor is not None:
+            self._monitor.drain()
+        return taken
+
     def publish(self, command: ReweightCommand) -> bool:
         """Send one command to ``command.node``'s local manager; True if queued, False if
-        dropped (counted). Raises ValueError for a command that cannot be encoded and
-        RuntimeError once closed; never blocks."""
+        dropped (counted). A node with no route yet reads the hellos that have arrived
+        first. Raises ValueError for a command that cannot be encoded and RuntimeError
+        once closed; never blocks."""
         if self._closed:
             raise RuntimeError("CommandPublisher: publish after close")
         frame = encode_command(command, self.limits)
-        rid = _routing_id(command.node)
+        rid = self._routes.get(command.node)
+        if rid is None:
+            self.poll_incoming()
+            rid = self._routes.get(command.node)
+            if rid is None:
+                self._unroutable += 1
+                return False
         try:
             # with ROUTER_MANDATORY a missing peer or a full queue fails on the first
             # part, so nothing half-sent is left behind
@@ -541,6 +781,9 @@ class CommandPublisher(_SocketOwner):
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
+            # that connection is gone; the node's next hello brings a new route
+            if self._routes.get(command.node) == rid:
+                del self._routes[command.node]
             self._unroutable += 1
             return False
         self._sent += 1
@@ -550,21 +793,42 @@ class CommandPublisher(_SocketOwner):
         """Publish each command; returns how many were queued."""
         return sum(1 for command in commands if self.publish(command))
 
-    def counters(self) -> dict[str, int]:
-        """Snapshot: ``sent``, ``dropped`` (queue full), ``unroutable`` (node not
-        connected)."""
-        return {"sent": self._sent, "dropped": self._dropped, "unroutable": self._unroutable}
+    def counters(self) -> dict[str, Any]:
+        """Snapshot: ``sent``, ``dropped`` (queue full), ``unroutable`` (no connection
+        for the node), ``hellos`` (valid hellos read), ``spoofed_node`` (hellos naming a
+        node their key is not), ``discarded`` (anything else peers sent), ``routes``
+        (nodes with a connection), ``secure``, ``auth_failures`` and ``refused``."""
+        snap: dict[str, Any] = {
+            "sent": self._sent,
+            "dropped": self._dropped,
+            "unroutable": self._unroutable,
+            "hellos": self._hellos,
+            "spoofed_node": self._spoofed,
+            "discarded": self._discarded,
+            "routes": len(self._routes),
+            "secure": self.secure,
+        }
+        snap.update(self.auth_counters())
+        return snap
+
+
+#: Real seconds between two hellos of a command subscriber.
+HELLO_EVERY_S = 1.0
 
 
 class CommandSubscriber(_Receiver):
     """A local manager's end of the command channel: a DEALER connected to the
-    controller's command ``endpoint`` with routing id ``node``.
+    controller's command ``endpoint``, naming its ``node`` with ``hello`` frames.
 
-    :meth:`poll` returns valid commands for this node in arrival order. Commands are not
-    de-duplicated: each carries absolute weights, so a repeat is harmless, and a
-    restarted controller starts its sequence numbers afresh (the command has no
-    incarnation to tell the two apart). Commands whose ``node`` is not this node are
-    dropped as ``wrong_node``. ``rcvhwm`` bounds the queue (messages).
+    The subscriber sends a hello when it connects and then at most every
+    ``hello_every_s`` real seconds from :meth:`poll` (so that a restarted controller
+    learns the route within that time; a hello queued while the controller is away is
+    delivered when it is back). :meth:`poll` returns valid commands for this node in
+    arrival order. Commands are not de-duplicated: each carries absolute weights, so a
+    repeat is harmless, and a restarted controller starts its sequence numbers afresh
+    (the command has no incarnation to tell the two apart). Commands whose ``node`` is
+    not this node are dropped as ``wrong_node``. ``rcvhwm`` bounds the queue (messages).
+    ``curve``: as :class:`ReportSender`'s.
     """
 
     def __init__(
@@ -575,35 +839,61 @@ class CommandSubscriber(_Receiver):
         rcvhwm: int = 1000,
         limits: WireLimits = DEFAULT_LIMITS,
         context: zmq.Context[Any] | None = None,
+        curve: ClientCurve | None = None,
+        hello_every_s: float = HELLO_EVERY_S,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         _check_endpoint(endpoint)
-        rid = _routing_id(node)
+        _routing_id(node)
         _check_positive("rcvhwm", rcvhwm, 0)
+        _timeout_ms(hello_every_s)
+        if curve is not None and curve.node != node:
+            raise ValueError(f"curve: keys of node {curve.node!r}, not {node!r}")
         self.endpoint = endpoint
         self.node = node
         self.limits = limits
+        self.hello_every_s = hello_every_s
+        self._monotonic = monotonic
+        self._hello = encode_hello(node, limits)
+        self._hellos_sent = 0
         self._init_counters()
-        options = (
-            (zmq.ROUTING_ID, rid),
+        options: list[tuple[int, int | bytes]] = [
             (zmq.RCVHWM, rcvhwm),
+            # a few hellos wait for a controller that is away, no more
+            (zmq.SNDHWM, 4),
             (zmq.MAXMSGSIZE, 16 * limits.max_frame_bytes),
-        )
+        ]
+        if curve is not None:
+            options += client_options(curve)
         self._sock, _ = _open_socket(
             context, zmq.DEALER, options, lambda sock: _connect(sock, endpoint)
         )
+        self.secure = curve is not None
         self._rcvtimeo = -1
         self._closed = False
+        self._last_hello = -math.inf
+        self._say_hello()
+
+    def _say_hello(self) -> None:
+        self._last_hello = self._monotonic()
+        try:
+            self._sock.send(self._hello, zmq.NOBLOCK)
+        except zmq.Again:  # the queue holds hellos already
+            return
+        self._hellos_sent += 1
 
     def poll(
         self, timeout_s: float = 0.0, max_messages: int = DEFAULT_MAX_MESSAGES
     ) -> list[ReweightCommand]:
         """Take the commands that have arrived (at most ``max_messages``); if there were
-        none, wait up to ``timeout_s`` seconds for one. Never raises on bad input."""
+        none, wait up to ``timeout_s`` seconds for one. Sends a hello when one is due.
+        Never raises on bad input."""
         flags = self._first_flags(timeout_s, max_messages)
+        if self._monotonic() - self._last_hello >= self.hello_every_s:
+            self._say_hello()
         out: list[ReweightCommand] = []
         self._drain(out, max_messages, flags)
         return out
-
     def _drain(self, out: list[ReweightCommand], max_messages: int, flags: int) -> int:
         sock = self._sock
         taken = 0
@@ -639,5 +929,7 @@ class CommandSubscriber(_Receiver):
 
     def counters(self) -> dict[str, Any]:
         """Snapshot: ``received`` = ``accepted`` + ``dropped_total``; ``dropped`` by
-        reason."""
-        return self._base_counters()
+        reason; ``hellos_sent``."""
+        snap = self._base_counters()
+        snap["hellos_sent"] = self._hellos_sent
+        return snap

@@ -63,6 +63,7 @@ _INF = math.inf
 
 _REPORT_LEN = 13  # version, kind and the 11 fields of ProgressReport
 _COMMAND_LEN = 9  # version, kind and the 7 fields of ReweightCommand
+_HELLO_LEN = 3  # version, kind, node
 
 
 class FrameKind(str, Enum):
@@ -70,6 +71,7 @@ class FrameKind(str, Enum):
 
     PROGRESS = "progress"  # ProgressReport, local manager -> controller
     REWEIGHT = "reweight"  # ReweightCommand, controller -> local manager
+    HELLO = "hello"  # a local manager names its node on the command channel
 
 
 class DropReason(str, Enum):
@@ -86,7 +88,9 @@ class DropReason(str, Enum):
     BAD_SCHEMA = "bad_schema"  # not an array envelope, wrong field count or field type
     BAD_VALUE = "bad_value"  # right type, wrong value: negative, non-finite, empty name...
     MULTIPART = "multipart"  # transport: a message of more than one frame
-    WRONG_NODE = "wrong_node"  # transport: a command addressed to another node
+    WRONG_NODE = "wrong_node"  # a command for another node; a report not from its subtask's node
+    SPOOFED_NODE = "spoofed_node"  # a report or hello naming a node its CURVE key is not
+    OLD_INCARNATION = "old_incarnation"  # a report of a node's replaced incarnation
 
 
 class FrameError(ValueError):
@@ -200,6 +204,13 @@ def encode_command(command: ReweightCommand, limits: WireLimits = DEFAULT_LIMITS
         _check_float(rec, "rate_cap", command.rate_cap),
     )
     return _pack(envelope, limits)
+
+
+def encode_hello(node: str, limits: WireLimits = DEFAULT_LIMITS) -> bytes:
+    """Encode a ``hello`` frame: a local manager's DEALER names its node to the
+    controller's ROUTER (``[version, "hello", node]``). ValueError for a bad name."""
+    return _pack((WIRE_VERSION, FrameKind.HELLO.value, _check_name("hello", "node", node,
+                                                                   limits)), limits)
 
 
 def _pack(envelope: tuple[Any, ...], limits: WireLimits) -> bytes:
@@ -523,3 +534,11 @@ def decode_command(frame: Any, limits: WireLimits = DEFAULT_LIMITS) -> ReweightC
             return _build_command(job, sub, node, seq, w, w_virtual, cap)
     _check_envelope(obj, FrameKind.REWEIGHT, _COMMAND_LEN)
     return _build_command(*_slow_fields(obj, _COMMAND_FIELDS, limits))
+
+
+def decode_hello(frame: Any, limits: WireLimits = DEFAULT_LIMITS) -> str:
+    """Decode and validate one ``hello`` frame; returns the node it names. Raises
+    :class:`FrameError` as :func:`decode_report`."""
+    obj = _unpack(frame, limits)
+    _check_envelope(obj, FrameKind.HELLO, _HELLO_LEN)
+    return _wire_name("node", obj[2], limits)

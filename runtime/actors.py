@@ -4,7 +4,9 @@
   :class:`~runtime.global_service.GlobalService`; the entry point of clients; holds the
   report endpoint and the names of the other actors.
 * :class:`ControllerActor` (``coalloc-controller``): binds the report (PULL) and command
-  sockets and runs :class:`~runtime.controller_service.ControllerService`.
+  sockets on its Ray node's address (never all interfaces) and runs
+  :class:`~runtime.controller_service.ControllerService`. Given the runtime's CURVE keys
+  it runs a ZAP authenticator that admits only the local managers' keys.
 * :class:`LocalManagerActor` (``coalloc-lm-<node>``, one per grid node, pinned to its Ray
   node): runs :class:`~runtime.node_runtime.NodeRuntime` in a thread.
 
@@ -19,7 +21,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.config import (
     CONTROLLER_NAME,
@@ -33,6 +35,9 @@ from runtime.global_service import GlobalService
 from runtime.node_runtime import NodeRuntime, SubtaskOutcome
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
 from workloads.model import JobSpec, Node, QosClass, Subtask
+
+if TYPE_CHECKING:
+    from coallocator.security import ClientCurve, ServerCurve
 
 log = logging.getLogger("coalloc.runtime")
 
@@ -66,17 +71,21 @@ class ControllerActor:
         base: TimeBase,
         node_budgets: dict[str, float],
         log_path: str | None,
+        curve: ServerCurve | None = None,
     ) -> None:
+        """``curve``: the runtime's CURVE keys (None: plaintext sockets, ``--insecure``)."""
         from runtime.metrics import RayControllerMetrics
 
         self.config = config
         self.real = make_real_clock(config.ntp_servers)
         self.clock = ModelClock(self.real, base)
+        from coallocator.security import NodeAuthenticator
         from coallocator.transport import CommandPublisher, ReportReceiver
 
         host = _node_ip()
-        self.receiver = ReportReceiver(host, config.report_port or None)
-        self.publisher = CommandPublisher(host, config.command_port or None)
+        self.auth = NodeAuthenticator(curve) if curve is not None else None
+        self.receiver = ReportReceiver(host, config.report_port or None, auth=self.auth)
+        self.publisher = CommandPublisher(host, config.command_port or None, auth=self.auth)
         self.service = ControllerService(
             config,
             self.clock,
@@ -98,7 +107,12 @@ class ControllerActor:
             "report_endpoint": self.receiver.endpoint,
             "command_endpoint": self.publisher.endpoint,
             "running": self._thread.is_alive(),
+            "secure": self.auth is not None,
         }
+
+    def register_node(self, node: str, incarnation: int) -> None:
+        """``node``'s local manager runs as ``incarnation`` from now on."""
+        self.service.register_node(node, incarnation)
 
     def register_job(
         self,
@@ -120,6 +134,10 @@ class ControllerActor:
         st = self.service.status()
         st["running"] = self._thread.is_alive()
         st["real_clock"] = self.real.status().to_dict()
+        if self.auth is not None:
+            st["security"]["zap"] = self.auth.counters()
+            # public by design (CurveZMQ): other local-manager implementations need it
+            st["security"]["server_public_key"] = self.auth.curve.server.public.decode()
         return st
 
     def shutdown(self) -> bool:
@@ -128,6 +146,8 @@ class ControllerActor:
         self.service.close()
         self.receiver.close()
         self.publisher.close()
+        if self.auth is not None:
+            self.auth.close()
         self.real.close()
         return True
 
@@ -146,7 +166,9 @@ class LocalManagerActor:
         report_endpoint: str,
         command_endpoint: str,
         output_dir: str | None,
+        curve: ClientCurve | None = None,
     ) -> None:
+        """``curve``: this node's CURVE keys (None: plaintext, ``--insecure``)."""
         from local_manager.process_executor import reap_stale_subtasks
         from runtime.metrics import RayNodeMetrics
 
@@ -158,8 +180,8 @@ class LocalManagerActor:
         self.clock = ModelClock(self.real, base)
         from coallocator.transport import CommandSubscriber, ReportSender
 
-        self.sender = ReportSender(report_endpoint)
-        self.subscriber = CommandSubscriber(command_endpoint, node.name)
+        self.sender = ReportSender(report_endpoint, curve=curve)
+        self.subscriber = CommandSubscriber(command_endpoint, node.name, curve=curve)
         self._gm: Any = None
         self.runtime = NodeRuntime(
             node,
@@ -429,13 +451,17 @@ def assemble_status(
                 job[key] = view.get(key)
         jobs.append(job)
     transport = ctl.get("transport", {})
+    security = dict(ctl.get("security") or {})
+    if not security:  # the controller did not answer: what up recorded
+        security = {"mode": info.get("transport_security", "unknown"), "auth_failures": None}
     counters = {
         "report_endpoint": ctl.get("report_endpoint"),
         "command_endpoint": ctl.get("command_endpoint"),
         "controller": ctl.get("counters", {}),
         "transport": transport,
         "commands_transport": ctl.get("commands_transport", {}),
-        "dropped": transport.get("dropped", {}),
+        "dropped": ctl.get("dropped", transport.get("dropped", {})),
+        "auth_failures": security.get("auth_failures"),
         "local_managers": {
             n["name"]: dict(n["counters"], **{"transport": n["transport"]}) for n in nodes
         },
@@ -449,6 +475,7 @@ def assemble_status(
         "model_time": desc["model_time"],
         "phase_log": ctl.get("phase_log") or info.get("phase_log"),
         "report_endpoint": ctl.get("report_endpoint"),
+        "security": security,
         "clock": ctl.get("real_clock", ctl.get("clock")),
         "controller": {
             "running": ctl.get("running"),

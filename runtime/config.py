@@ -73,6 +73,8 @@ class RuntimeConfig:
     (none: the local clock). ``log_path``: the phase log (JSON Lines) on the controller's
     node. ``seed``: seeds the global manager's RNG (random placement). ``core_mhz``: the
     speed of one CPU of a Ray node that declares no ``coalloc_mhz`` resource.
+    ``insecure``: no CURVE on the ZeroMQ channels (debugging only: anyone who reaches the
+    controller's ports may then send reports and take commands).
     """
 
     policy: str = "sq"
@@ -92,6 +94,7 @@ class RuntimeConfig:
     log_path: str = ""
     seed: int = 0
     core_mhz: float = 1000.0
+    insecure: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in policies:

@@ -11,12 +11,19 @@ managers' reports for that boundary are in; ``control_period`` is called with
 stepping every node to ``k * P``. The commands reach the local managers before their next
 boundary and so act on the cycle ending at ``k * P + q``, again as in the simulator.
 Reports are ingested as they arrive; the transport has already dropped (and counted) bad
-frames and duplicates.
+frames, duplicates and (with CURVE) reports whose node is not the node of the key that
+sent them.
+
+The controller's view. A report is also checked against what the controller knows before
+it is applied: its ``node`` must be the node its subtask was placed on (else it is
+dropped as ``wrong_node``), and its ``incarnation`` must be that node's current one (else
+``old_incarnation``), by :class:`Incarnations`' rule.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -53,6 +60,11 @@ class CommandSink(Protocol):
 
     def publish(self, command: ReweightCommand) -> bool: ...
 
+    def poll_incoming(self) -> int:
+        """Read what peers sent on the command channel (without blocking); returns how
+        many messages. The loop calls it continuously so that nothing piles up."""
+        ...
+
     def counters(self) -> Mapping[str, Any]: ...
 
     def close(self) -> None: ...
@@ -68,6 +80,61 @@ class Metrics(Protocol):
 class NullMetrics:
     def period(self, views: Iterable[Any], received: int, dropped: Mapping[str, int]) -> None:
         return None
+
+
+#: Replaced incarnations remembered per node.
+RETIRED_INCARNATIONS = 16
+
+
+class Incarnations:
+    """Per node, the current incarnation of its local manager and the ones it replaced.
+
+    Rule: the first incarnation seen for a node (registered by ``up`` from the manager's
+    ``ready``, or in its first report) is current. A report of the current incarnation
+    is applied; one of a replaced incarnation (one of the last ``keep`` that were
+    current) is dropped as ``old_incarnation``: a manager that Ray restarted, or that was
+    partitioned away, must not move its subtasks' clocks once its successor reports. A
+    report of an incarnation never seen before is a restarted manager: it becomes current
+    and the previous one is replaced. :meth:`register` makes an incarnation current
+    outright (a restarted manager registers itself before it reports).
+
+    Incarnations are random (:func:`runtime.node_runtime.new_incarnation`), so "newer"
+    means "seen later", not a larger number. Memory: one int and ``keep`` ints per node
+    that hosts a subtask."""
+
+    __slots__ = ("keep", "_current", "_retired")
+
+    def __init__(self, keep: int = RETIRED_INCARNATIONS) -> None:
+        self.keep = keep
+        self._current: dict[str, int] = {}
+        self._retired: dict[str, deque[int]] = {}
+
+    def current(self, node: str) -> int | None:
+        return self._current.get(node)
+
+    def register(self, node: str, incarnation: int) -> None:
+        """Make ``incarnation`` the node's current one."""
+        retired = self._retired.setdefault(node, deque(maxlen=self.keep))
+        cur = self._current.get(node)
+        if cur is not None and cur != incarnation:
+            retired.append(cur)
+        if incarnation in retired:
+            retired.remove(incarnation)
+        self._current[node] = incarnation
+
+    def check(self, node: str, incarnation: int) -> bool:
+        """Whether a report of ``incarnation`` from ``node`` may be applied (see the class
+        docstring; a new incarnation is recorded as current)."""
+        cur = self._current.get(node)
+        if cur == incarnation:
+            return True
+        if cur is not None and incarnation in self._retired.get(node, ()):
+            return False
+        self.register(node, incarnation)
+        return True
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self._current)
 
 
 class ControllerService:
@@ -108,6 +175,8 @@ class ControllerService:
             "reports_received": 0,
             "reports_applied": 0,
             "reports_unknown_job": 0,
+            "reports_wrong_node": 0,
+            "reports_old_incarnation": 0,
             "periods": 0,
             "late_periods": 0,
             "skipped_periods": 0,
@@ -115,6 +184,7 @@ class ControllerService:
             "commands_dropped": 0,
         }
         self._dropped_seen: dict[str, int] = {}
+        self.incarnations = Incarnations()
 
     # ------------------------------------------------------------------ the sink
     def _write(self, record: PeriodRecord | SummaryRecord) -> None:
@@ -161,11 +231,41 @@ class ControllerService:
             self.core.cancel(job_id)
             self._flush()
 
+    def register_node(self, node: str, incarnation: int) -> None:
+        """The local manager of ``node`` runs as ``incarnation`` from now on (see
+        :class:`Incarnations`)."""
+        with self._lock:
+            self.incarnations.register(node, incarnation)
+
+    def _placed_on(self, job_id: str, index: int) -> str | None:
+        """The node the controller placed subtask ``index`` of ``job_id`` on (None: an
+        unknown job or subtask)."""
+        job = self.core.jobs.get(job_id)
+        if job is not None:
+            return job.subtasks[index].node if 0 <= index < len(job.subtasks) else None
+        pending = self._pending_jobs.get(job_id)
+        if pending is not None:
+            for i, node, _ in pending[3]:
+                if i == index:
+                    return str(node)
+        return None
+
     def ingest(self, reports: Iterable[ProgressReport]) -> None:
-        """Apply decoded reports (the transport has dropped bad frames and duplicates)."""
+        """Apply decoded reports (the transport has dropped bad frames and duplicates),
+        after checking them against the controller's view (module docstring)."""
         with self._lock:
             for rep in reports:
                 self.counters["reports_received"] += 1
+                placed = self._placed_on(rep.job_id, rep.subtask)
+                if placed is None:
+                    self.counters["reports_unknown_job"] += 1
+                    continue
+                if rep.node != placed:
+                    self.counters["reports_wrong_node"] += 1
+                    continue
+                if not self.incarnations.check(rep.node, rep.incarnation):
+                    self.counters["reports_old_incarnation"] += 1
+                    continue
                 if rep.job_id in self._pending_jobs:
                     # A report after the job's start: its period has passed here.
                     self._join_pending(rep.real_time)
@@ -223,9 +323,11 @@ class ControllerService:
                 if wait <= 0:
                     break
                 self.ingest(self.reports.poll(min(wait, 0.05)))
+                self.commands.poll_incoming()
             if self._stop.is_set():
                 break
             self.ingest(self.reports.poll(0.0))
+            self.commands.poll_incoming()
             behind = boundary_index(self.clock.now() - lag, period) - k
             if behind > MAX_CATCH_UP:
                 self.counters["skipped_periods"] += behind
@@ -270,7 +372,28 @@ class ControllerService:
                     },
                 )
             counters = dict(self.counters)
+            incarnations = self.incarnations.snapshot()
         transport = dict(self.reports.counters())
+        commands = dict(self.commands.counters())
+        # Every drop by reason: the transport's, and the controller's own checks.
+        dropped = {str(k): int(v) for k, v in transport.get("dropped", {}).items()}
+        dropped["wrong_node"] = dropped.get("wrong_node", 0) + counters["reports_wrong_node"]
+        dropped["old_incarnation"] = (
+            dropped.get("old_incarnation", 0) + counters["reports_old_incarnation"]
+        )
+        secure = bool(transport.get("secure")) and bool(commands.get("secure"))
+        security = {
+            "mode": "curve" if secure else "insecure",
+            "auth_failures": int(transport.get("auth_failures", 0))
+            + int(commands.get("auth_failures", 0)),
+            "refused": {
+                kind: int(transport.get("refused", {}).get(kind, 0))
+                + int(commands.get("refused", {}).get(kind, 0))
+                for kind in ("plaintext", "unknown_key", "bad_handshake")
+            },
+            "spoofed_node": int(transport.get("dropped", {}).get("spoofed_node", 0))
+            + int(commands.get("spoofed_node", 0)),
+        }
         return {
             "report_endpoint": self.reports.endpoint,
             "command_endpoint": self.commands.endpoint,
@@ -280,6 +403,9 @@ class ControllerService:
             "clock": {"offset_s": offset, "quality": quality},
             "counters": counters,
             "transport": transport,
-            "commands_transport": dict(self.commands.counters()),
+            "commands_transport": commands,
+            "dropped": dropped,
+            "security": security,
+            "incarnations": incarnations,
             "jobs": jobs,
         }

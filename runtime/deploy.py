@@ -301,6 +301,15 @@ def deploy(
     log = str(Path(log_path).expanduser().resolve()) if log_path else str(default_log_path())
     output_dir = str(coalloc_home() / "logs" / "subtasks")
 
+    # CURVE keys for both ZeroMQ channels: generated here, handed to the actors as
+    # constructor arguments (through Ray), never written to disk.
+    server_curve: Any = None
+    node_curves: dict[str, Any] = {}
+    if not config.insecure:
+        from coallocator.security import generate_curve
+
+        server_curve, node_curves = generate_curve([p.node.name for p in placements])
+
     # Model time 0 is now; every actor reads it through its own real clock.
     real = make_real_clock(config.ntp_servers)
     base = TimeBase(epoch=real.now(), scale=config.time_scale)
@@ -319,7 +328,7 @@ def deploy(
                 name=CONTROLLER_NAME, scheduling_strategy=pinned(here), max_concurrency=8,
                 **common,
             )
-            .remote(config, base, budgets, log)
+            .remote(config, base, budgets, log, server_curve)
         )
         created.append(CONTROLLER_NAME)
         ctl: dict[str, Any] = ray.get(controller.ready.remote(), timeout=READY_TIMEOUT_S)
@@ -336,7 +345,7 @@ def deploy(
                 )
                 .remote(
                     p.node, config, base, ctl["report_endpoint"], ctl["command_endpoint"],
-                    output_dir,
+                    output_dir, node_curves.get(p.node.name),
                 )
             )
             created.append(name)
@@ -346,6 +355,11 @@ def deploy(
         for p, r in zip(placements, ready):
             if r["ray_node_id"] != p.ray_node_id:  # pragma: no cover - Ray honours affinity
                 raise UserError(f"local manager of {p.node.name} is not on its Ray node")
+        # The controller knows each node's incarnation before any report arrives.
+        ray.get(
+            [controller.register_node.remote(r["node"], r["incarnation"]) for r in ready],
+            timeout=READY_TIMEOUT_S,
+        )
         info = {
             "address": address,
             "report_endpoint": ctl["report_endpoint"],
@@ -353,6 +367,7 @@ def deploy(
             "phase_log": log,
             "actors": [GLOBAL_NAME, *created],
             "epoch": base.epoch,
+            "transport_security": "insecure" if config.insecure else "curve",
         }
         say("starting the global manager")
         gm: Any = (

@@ -8,7 +8,8 @@ leader of its own session, when embedded), ``temp_dir`` (the embedded head's Ray
 dir), ``actors`` (names of the actors ``up`` created, namespace ``coalloc``),
 ``phase_log``, ``report_endpoint``, ``started_at`` (s since the Unix epoch).
 
-Writes are atomic (temporary file, then rename).
+Writes are atomic (temporary file, fsync, rename) and the file is readable by its owner
+only (0600). It holds no keys: the runtime's CURVE keys live only in the actors.
 """
 
 from __future__ import annotations
@@ -77,13 +78,32 @@ def load_state(path: Path | None = None) -> DeploymentState | None:
 
 
 def save_state(state: DeploymentState, path: Path | None = None) -> Path:
+    """Write the state file atomically, readable by its owner only (0600): a temporary
+    file created 0600 in the same directory, written, fsynced, renamed over the file,
+    and the directory fsynced, so a crash leaves the old file or the new one, never a
+    torn one. The directory is created 0700 if missing."""
     p = path or state_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(f".tmp{os.getpid()}")
+    p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     d = asdict(state)
     d["actors"] = list(state.actors)
-    tmp.write_text(json.dumps(d, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
+    data = (json.dumps(d, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # O_CREAT's mode only applies to a new file
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(p.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
     return p
 
 

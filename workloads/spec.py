@@ -24,6 +24,12 @@ manager assigns it.
 
 Every validation failure raises :class:`SpecError`, whose message is
 ``FILE: FIELD: REASON`` with FIELD a path such as ``jobs[2].subtasks[0].work``.
+
+Bounded work on hostile input: a file larger than :data:`MAX_DOCUMENT_BYTES` (1 MiB) is
+refused before it is read; a job with more subtasks than the grid's nodes (when the grid
+is known, else more than :data:`MAX_SUBTASKS`) is refused before any of its subtasks is
+parsed; names (job names, node names) holding control characters are refused (they
+would be printed raw in tables and logs: an ANSI escape, a NUL, a newline).
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from coalloc.errors import UserError
+from coalloc.errors import UserError, escape_controls, is_unprintable
 from workloads.model import STANDARD_MHZ, Demand, JobSpec, QosClass, SubtaskSpec
 
 #: Keys of a job mapping. ``node`` is accepted only for ``local`` jobs (generators,
@@ -59,6 +66,13 @@ DEMAND_KEYS: tuple[str, ...] = ("cpu", "memory_mb", "io_mbps")
 #: The QoS classes a user may submit; ``local`` is node-local work, generated per node.
 SUBMITTABLE_QOS: tuple[QosClass, ...] = (QosClass.STRICT, QosClass.LOOSE, QosClass.BEST_EFFORT)
 
+#: Largest job or allocation file read, bytes (1 MiB: about 20 000 subtasks in YAML).
+MAX_DOCUMENT_BYTES = 1 << 20
+
+#: Most subtasks a job may declare when the grid's node count is not known yet (a job's
+#: subtasks run on distinct nodes; no coalloc grid has more nodes than this).
+MAX_SUBTASKS = 10_000
+
 _YAML_SUFFIXES = (".yaml", ".yml")
 _JSON_SUFFIXES = (".json",)
 
@@ -76,7 +90,7 @@ class SpecError(UserError):
         self.field = field
         self.reason = reason
         message = f"{file}: {field}: {reason}" if field else f"{file}: {reason}"
-        super().__init__(message)
+        super().__init__(escape_controls(message))
 
 
 # ---------------------------------------------------------------------------------------
@@ -174,6 +188,25 @@ def _non_negative(value: object, src: str, path: str, unit: str = "") -> float:
     return v
 
 
+def unprintable(text: str) -> str | None:
+    """The first character of ``text`` that must not appear in a name (a control or
+    format character), escaped for a message (``'\\x1b'``); None when there is none."""
+    for ch in text:
+        if is_unprintable(ch):
+            return ascii(ch)
+    return None
+
+
+def check_name(value: str, src: str, path: str) -> str:
+    """``value`` unchanged, or :class:`SpecError` if it holds a control character."""
+    bad = unprintable(value)
+    if bad is not None:
+        raise SpecError(
+            src, path, f"must not contain control characters (found {bad} in {ascii(value)})"
+        )
+    return value
+
+
 def _mapping(value: object, src: str, path: str, what: str) -> Mapping[Any, Any]:
     if not isinstance(value, Mapping):
         raise SpecError(src, path, f"must be a mapping ({what}), got {_type_name(value)}")
@@ -242,24 +275,60 @@ def _parse_qos(value: object, src: str, path: str, allow_local: bool) -> QosClas
     raise SpecError(src, path, reason)
 
 
+def _check_count(
+    count: int, n_nodes: int | None, src: str, path: str, at_least: bool = False
+) -> None:
+    """Refuse ``count`` subtasks for a grid of ``n_nodes`` (None: not known yet; then
+    :data:`MAX_SUBTASKS` bounds it). ``at_least``: the count is where a scan stopped."""
+    many = f"at least {count}" if at_least else str(count)
+    if n_nodes is not None and count > n_nodes:
+        raise SpecError(
+            src, path,
+            f"more subtasks than nodes: {many} subtasks, {n_nodes} nodes "
+            "(a job's subtasks run on distinct nodes)",
+        )
+    if count > MAX_SUBTASKS:
+        raise SpecError(
+            src, path,
+            f"more subtasks than nodes: {many} subtasks, more than any grid coalloc runs "
+            f"({MAX_SUBTASKS} nodes at most)",
+        )
+
+
+def _precheck_count(m: Mapping[Any, Any], n_nodes: int | None, src: str, base: str) -> None:
+    """The subtask count a job mapping declares (its ``subtasks`` list's length or its
+    ``parallelism``), checked before anything else of the job is parsed."""
+    raw = m.get("subtasks")
+    if isinstance(raw, (list, tuple)):
+        _check_count(len(raw), n_nodes, src, _join(base, "subtasks"))
+    par = m.get("parallelism")
+    if type(par) is int:
+        _check_count(par, n_nodes, src, _join(base, "parallelism"))
+
+
 def parse_job(
     mapping: object,
     source: str = "<input>",
     index: int | None = None,
     *,
     allow_local: bool = False,
+    n_nodes: int | None = None,
 ) -> JobSpec:
     """Validate one job mapping (from a file, the Python client or the live runtime).
 
     ``source`` names where it came from (a file name) for the error message; ``index``
     is its position in a list of jobs (field paths then start with ``jobs[index].``).
     ``allow_local`` admits ``qos: local`` with a ``node`` (generators and traces only).
-    Work is converted from reference seconds to Mcycles. Raises :class:`SpecError`.
+    ``n_nodes``: the grid's node count when known; a job with more subtasks (or
+    ``parallelism``) is refused before its subtasks are parsed (unknown: at most
+    :data:`MAX_SUBTASKS`). Work is converted from reference seconds to Mcycles. Raises
+    :class:`SpecError`.
     """
     base = f"jobs[{index}]" if index is not None else ""
     src = source
     m = _mapping(mapping, src, base, "a job")
     _check_keys(m, JOB_KEYS, src, base)
+    _precheck_count(m, n_nodes, src, base)
 
     def f(key: str) -> str:
         return _join(base, key)
@@ -268,7 +337,8 @@ def parse_job(
     if "name" not in m:
         raise SpecError(src, f("name"), "missing (a non-empty job name)")
     if not isinstance(name, str) or not name.strip():
-        raise SpecError(src, f("name"), f"must be a non-empty string, got {name!r}")
+        raise SpecError(src, f("name"), f"must be a non-empty string, got {ascii(name)}")
+    check_name(name, src, f("name"))
     if "qos" not in m:
         raise SpecError(src, f("qos"), "missing; one of strict, loose, best_effort")
     qos = _parse_qos(m["qos"], src, f("qos"), allow_local)
@@ -299,6 +369,7 @@ def parse_job(
         node = m.get("node")
         if not isinstance(node, str) or not node:
             raise SpecError(src, f("node"), f"a local job needs its node name, got {node!r}")
+        check_name(node, src, f("node"))
     elif "node" in m:
         raise SpecError(
             src,
@@ -432,13 +503,87 @@ def check_fits(
 # Files
 
 
+def _yaml_safe_loader() -> Any:
+    """PyYAML's safe loader on libyaml (CSafeLoader, about 4x faster) when PyYAML was
+    built with it, else the pure-Python SafeLoader; both construct the same data."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+#: ``count_subtasks(count, path)``: raises when ``count`` subtasks are too many.
+CountCheck = Callable[[int, str], None]
+
+
+def _yaml_precheck(text: str, count_subtasks: CountCheck) -> None:
+    """Count the items of every job's ``subtasks`` sequence from the YAML event stream,
+    before anything is built, and call ``count_subtasks`` as each one starts, so that a
+    job with too many subtasks is refused after reading just past the limit. Jobs are
+    the top-level mapping or the mappings of a top-level sequence (``jobs[i]``). A YAML
+    error is left for the full load to report."""
+    import yaml
+
+    # One frame per open container: [is_map, expecting_key, last_key, count, job, path]
+    # ``job``: the field path prefix of a job mapping (None: not a job); ``path``: the
+    # field path of a subtasks sequence (None: not one).
+    stack: list[list[Any]] = []
+
+    def child_starts() -> tuple[str | None, str | None]:
+        """Account for a node starting under the innermost container; returns (job
+        prefix if the node is a job mapping, subtasks path if it is a subtasks list)."""
+        if not stack:
+            return "", None
+        top = stack[-1]
+        if not top[0]:  # a sequence: one more item
+            top[3] += 1
+            if top[5] is not None:
+                count_subtasks(top[3], top[5])
+            return (f"jobs[{top[3] - 1}]" if len(stack) == 1 else None), None
+        if top[1]:  # a key
+            return None, None
+        if top[4] is not None and top[2] == "subtasks":
+            return None, _join(top[4], "subtasks")
+        return None, None
+
+    def child_done() -> None:
+        if stack and stack[-1][0]:
+            top = stack[-1]
+            if top[1]:
+                top[1] = False
+            else:
+                top[1], top[2] = True, None
+
+    try:
+        for event in yaml.parse(text, Loader=_yaml_safe_loader()):
+            if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent)):
+                child_starts()
+                if stack and stack[-1][0] and stack[-1][1] and isinstance(
+                    event, yaml.ScalarEvent
+                ):
+                    stack[-1][2] = event.value
+                child_done()
+            elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                job, subtasks = child_starts()
+                is_map = isinstance(event, yaml.MappingStartEvent)
+                stack.append([is_map, True, None, 0, job if is_map else None,
+                              None if is_map else subtasks])
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                stack.pop()
+                child_done()
+    except yaml.YAMLError:
+        return
+
+
 def _yaml_load(text: str, src: str) -> Any:
     import yaml
 
-    class _UniqueKeyLoader(yaml.SafeLoader):
-        """SafeLoader that rejects a key given twice in one mapping (silently lost else)."""
+    base: Any = _yaml_safe_loader()
 
-    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
+    class _UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        """The safe loader, rejecting a key given twice in one mapping (silently lost
+        else)."""
+
+    def construct_mapping(loader: Any, node: yaml.MappingNode, deep: bool = False) -> Any:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = loader.construct_object(key_node, deep=deep)
@@ -448,7 +593,7 @@ def _yaml_load(text: str, src: str) -> Any:
                     src, f"line {mark.line + 1}", f"key {key!r} given twice in one mapping"
                 )
             seen.add(key)
-        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+        return yaml.constructor.SafeConstructor.construct_mapping(loader, node, deep=deep)
 
     _UniqueKeyLoader.add_constructor(
         yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping
@@ -482,38 +627,56 @@ def _json_load(text: str, src: str) -> Any:
         ) from None
 
 
-def parse_document(data: object, source: str) -> list[JobSpec]:
-    """Jobs from a parsed document: one job (a mapping) or a list of jobs."""
+def parse_document(data: object, source: str, n_nodes: int | None = None) -> list[JobSpec]:
+    """Jobs from a parsed document: one job (a mapping) or a list of jobs. ``n_nodes``:
+    the grid's node count when known; every job's subtask count is checked against it
+    (or :data:`MAX_SUBTASKS`) before any job is parsed."""
     if data is None:
         raise SpecError(source, "", "empty file: expected a job (a mapping) or a list of jobs")
     if isinstance(data, Mapping):
-        return [parse_job(data, source, None)]
+        return [parse_job(data, source, None, n_nodes=n_nodes)]
     if isinstance(data, list):
         if not data:
             raise SpecError(source, "", "holds an empty list: expected at least one job")
-        return [parse_job(item, source, i) for i, item in enumerate(data)]
+        for i, item in enumerate(data):
+            if isinstance(item, Mapping):
+                _precheck_count(item, n_nodes, source, f"jobs[{i}]")
+        return [parse_job(item, source, i, n_nodes=n_nodes) for i, item in enumerate(data)]
     raise SpecError(
         source, "", f"expected a job (a mapping) or a list of jobs, got {_type_name(data)}"
     )
 
 
-def load_jobs(path: str | Path) -> list[JobSpec]:
+def load_jobs(path: str | Path, n_nodes: int | None = None) -> list[JobSpec]:
     """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) file of one job or a list.
 
     Raises :class:`SpecError` (a :class:`coalloc.errors.UserError`) naming the file, the
-    field and the reason for every problem: missing file, unparsable text (with its line),
-    empty file, and every invalid field.
+    field and the reason for every problem: missing file, a file above
+    :data:`MAX_DOCUMENT_BYTES`, unparsable text (with its line), empty file, more
+    subtasks than ``n_nodes`` (see :func:`parse_document`), and every invalid field.
     """
-    data = read_document(path, "a job (a mapping) or a list of jobs")
-    return parse_document(data, str(path))
+    src = str(path)
+    data = read_document(
+        path, "a job (a mapping) or a list of jobs",
+        count_subtasks=lambda count, field: _check_count(count, n_nodes, src, field, True),
+    )
+    return parse_document(data, src, n_nodes)
 
 
-def read_document(path: str | Path, expected: str) -> Any:
+def read_document(
+    path: str | Path,
+    expected: str,
+    max_bytes: int = MAX_DOCUMENT_BYTES,
+    count_subtasks: CountCheck | None = None,
+) -> Any:
     """Parse a YAML or JSON file (chosen by its suffix) into plain data.
 
     Strict: a key given twice in one mapping, or JSON's NaN/Infinity, is an error.
-    ``expected`` says what the file should hold, for the empty-file message. Raises
-    :class:`SpecError` naming the file, the place (line, column) and the reason.
+    ``expected`` says what the file should hold, for the empty-file message. A file of
+    more than ``max_bytes`` is refused before it is read (its size first; at most
+    ``max_bytes + 1`` bytes are ever read, so a growing file or a device is refused
+    too). Raises :class:`SpecError` naming the file, the place (line, column) and the
+    reason.
     """
     p = Path(path)
     src = str(path)
@@ -522,8 +685,22 @@ def read_document(path: str | Path, expected: str) -> Any:
         raise SpecError(
             src, "", f"unknown file type {p.suffix or '(none)'!r}; use .yaml, .yml or .json"
         )
+    # ``count_subtasks``: for job files, checks each job's subtask count while a YAML
+    # file is still being scanned (see _yaml_precheck); JSON is parsed whole (fast) and
+    # checked before any job is.
+    too_big = (
+        f"larger than the {max_bytes // 1024} KiB limit for this file; split it into "
+        "several files"
+    )
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise SpecError(src, "", f"{size} bytes, {too_big}")
+            raw = f.read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            raise SpecError(src, "", too_big)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(src, "", "no such file") from None
     except IsADirectoryError:
@@ -534,4 +711,8 @@ def read_document(path: str | Path, expected: str) -> Any:
         raise SpecError(src, "", f"cannot read: {exc.strerror or exc}") from None
     if not text.strip():
         raise SpecError(src, "", f"empty file: expected {expected}")
-    return _yaml_load(text, src) if suffix in _YAML_SUFFIXES else _json_load(text, src)
+    if suffix in _YAML_SUFFIXES:
+        if count_subtasks is not None:
+            _yaml_precheck(text, count_subtasks)
+        return _yaml_load(text, src)
+    return _json_load(text, src)

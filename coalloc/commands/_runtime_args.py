@@ -7,7 +7,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from coalloc.errors import UserError
+from coalloc.errors import UserError, escape_controls
+
+#: How ``up``, ``run`` and ``status`` describe the transport's security.
+CURVE_NOTE = "CURVE: only this runtime's local managers can connect"
+INSECURE_NOTE = (
+    "INSECURE (--insecure): no CURVE; anyone who reaches the controller's ports can send "
+    "reports and take commands"
+)
 
 
 def _positive_float(text: str) -> float:
@@ -66,6 +73,11 @@ def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None)
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for node speeds and placement")
     parser.add_argument(
+        "--insecure", action="store_true",
+        help="debugging only: no CURVE authentication on the report and command sockets "
+        "(anyone who reaches the controller's ports can send reports); status says so",
+    )
+    parser.add_argument(
         "--core-mhz", type=_positive_float, default=1000.0, metavar="MHZ",
         help="speed of one CPU of a Ray node without a coalloc_mhz resource (default 1000)",
     )
@@ -98,6 +110,7 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             log_path=log_path,
             seed=args.seed,
             core_mhz=args.core_mhz,
+            insecure=bool(getattr(args, "insecure", False)),
         )
     except ValueError as exc:
         raise UserError(str(exc).replace("servers[", "--ntp-server[")) from None
@@ -111,7 +124,7 @@ def fmt(value: Any, digits: int = 1) -> str:
         if not math.isfinite(value):
             return "-"
         return f"{value:.{digits}f}"
-    return str(value)
+    return escape_controls(str(value))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -122,6 +122,16 @@ def _unknown_key(key: object, known: tuple[str, ...]) -> str:
     return f"unknown field; {hint}"
 
 
+def _printable(source: str, field: str, name: str) -> None:
+    """Names are printed in tables: a control character (ESC, NUL, newline) is refused."""
+    from workloads.spec import unprintable
+
+    bad = unprintable(name)
+    if bad is not None:
+        raise _fail(source, field, f"must not contain control characters (found {bad} in "
+                                   f"{ascii(name)})")
+
+
 def parse_problem(data: object, source: str, policy_override: str | None = None) -> Problem:
     """Check a parsed document field by field; every problem is a :class:`UserError`
     ``SOURCE: FIELD: REASON``."""
@@ -156,6 +166,8 @@ def parse_problem(data: object, source: str, policy_override: str | None = None)
                     f"has {len(resources)} entries, expected {m} (one per capacity entry)")
     elif len(set(resources)) != m:
         raise _fail(source, "resources", "names must be distinct")
+    for j, resource in enumerate(resources):
+        _printable(source, f"resources[{j}]", resource)
     if "users" not in data:
         raise _fail(source, "users", "missing (a list of users with name and demand)")
     users = data["users"]
@@ -179,6 +191,7 @@ def parse_problem(data: object, source: str, policy_override: str | None = None)
         name = user["name"]
         if not isinstance(name, (str, int)) or isinstance(name, bool) or str(name) == "":
             raise _fail(source, f"{at}.name", "must be a non-empty name")
+        _printable(source, f"{at}.name", str(name))
         if str(name) in names:
             raise _fail(source, f"{at}.name", f"{name!r} is used twice")
         demand = _numbers(source, f"{at}.demand", user["demand"], m,

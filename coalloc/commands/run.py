@@ -15,7 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coalloc.commands._runtime_args import add_runtime_args, config_from_args, fmt, table
+from coalloc.commands._runtime_args import (
+    INSECURE_NOTE,
+    add_runtime_args,
+    config_from_args,
+    fmt,
+    table,
+)
 from coalloc.errors import UserError
 
 #: Emulated nodes (MHz) of ``coalloc run`` when ``--nodes`` is not given.
@@ -53,10 +59,14 @@ def run_run(args: argparse.Namespace) -> int:
     from coalloc.client import connect
     from runtime.config import GLOBAL_NAME
     from runtime.deploy import connect_ray, deploy, find_actor, teardown
+    from runtime.nodes import parse_nodes_spec
     from workloads.spec import load_jobs
 
-    jobs = load_jobs(args.file)  # a bad file fails before Ray starts
-    config = config_from_args(args)
+    config = config_from_args(args)  # checks --nodes
+    # A bad file fails before Ray starts; with --nodes the node count is known, and a job
+    # with more subtasks is refused before they are parsed.
+    n_nodes = len(parse_nodes_spec(args.nodes, args.seed)) if args.nodes else None
+    jobs = load_jobs(args.file, n_nodes)
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -92,6 +102,8 @@ def run_run(args: argparse.Namespace) -> int:
             progress=lambda m: print(m + " ...", flush=True),
         )
         print(f"runtime ready in {dep.ready_s:.1f} s; phase log {dep.phase_log}", flush=True)
+        if config.insecure:
+            print(f"transport {INSECURE_NOTE}", flush=True)
         client = connect()
         answers = client.submit_all(jobs)
         for a in answers:

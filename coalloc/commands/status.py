@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from coalloc.commands._runtime_args import fmt, table
+from coalloc.commands._runtime_args import CURVE_NOTE, INSECURE_NOTE, fmt, table
 
 
 def register(subparsers: Any) -> None:
@@ -54,6 +54,22 @@ def _progress(job: dict[str, Any]) -> str:
     return f"{100 * sum(known) / len(known):.0f}%"
 
 
+def _security_line(security: dict[str, Any]) -> str:
+    """The transport's security, on every status: INSECURE loudly, else the refusals."""
+    mode = security.get("mode")
+    if mode == "insecure":
+        return f"transport {INSECURE_NOTE}"
+    if mode != "curve":
+        return "transport security unknown (the controller did not answer)"
+    refused = {k: v for k, v in (security.get("refused") or {}).items() if v}
+    text = f"transport {CURVE_NOTE}; auth failures {security.get('auth_failures', 0)}"
+    if refused:
+        text += " (" + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())) + ")"
+    if security.get("spoofed_node"):
+        text += f"; spoofed node {security['spoofed_node']}"
+    return text
+
+
 def render(st: dict[str, Any], detail: bool = False) -> str:
     """The status as text tables."""
     clock = st.get("clock") or {}
@@ -71,6 +87,7 @@ def render(st: dict[str, Any], detail: bool = False) -> str:
         f"dropped {sum(int(v) for v in dropped.values())}"
         + (f" ({', '.join(f'{k} {v}' for k, v in sorted(dropped.items()))})" if dropped else "")
         + f"; commands sent {ctl.get('commands_sent', 0)}",
+        _security_line(st.get("security") or {}),
         "",
     ]
     if not detail:

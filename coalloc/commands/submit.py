@@ -25,10 +25,12 @@ def register(subparsers: Any) -> None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from coalloc.client import connect
+    from coalloc.client import connect, recorded_node_count
     from workloads.spec import load_jobs
 
-    load_jobs(args.file)  # a bad file fails before any cluster is contacted
+    # A bad file fails before any cluster is contacted; the node count recorded by up
+    # (if any) refuses a job with more subtasks than nodes before they are parsed.
+    load_jobs(args.file, recorded_node_count(args.address))
     client = connect(args.address)
     answers = client.submit_all(args.file)
     rejected = 0

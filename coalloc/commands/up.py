@@ -12,7 +12,12 @@ import argparse
 import time
 from typing import Any
 
-from coalloc.commands._runtime_args import add_runtime_args, config_from_args
+from coalloc.commands._runtime_args import (
+    CURVE_NOTE,
+    INSECURE_NOTE,
+    add_runtime_args,
+    config_from_args,
+)
 from coalloc.errors import UserError
 
 
@@ -93,8 +98,10 @@ def run_up(args: argparse.Namespace) -> int:
             phase_log=dep.phase_log,
             report_endpoint=dep.report_endpoint,
             started_at=time.time(),
-            extra=(
-                {"auth_mode": head.auth_mode, "connect_address": head.address} if head else {}
+            extra=dict(
+                {"auth_mode": head.auth_mode, "connect_address": head.address} if head else {},
+                n_nodes=len(dep.placements),
+                transport_security="insecure" if config.insecure else "curve",
             ),
         )
     )
@@ -111,6 +118,7 @@ def run_up(args: argparse.Namespace) -> int:
             f"({kind} {p.ray_node_id[:12]})"
         )
     print(f"  report endpoint {dep.report_endpoint}")
+    print(f"  transport {INSECURE_NOTE if config.insecure else CURVE_NOTE}")
     print(f"  phase log {dep.phase_log}")
     print(f"  state file {path}")
     print(

@@ -71,3 +71,54 @@ def test_resolve_address_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     save_state(DeploymentState(address="10.0.0.1:6379", embedded=False))
     assert resolve_address(None) == "10.0.0.1:6379"
     assert resolve_address("auto") == "auto"
+
+
+def test_huge_wide_and_hostile_job_files_are_refused_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    huge = tmp_path / "huge.yaml"
+    with open(huge, "wb") as f:  # 200 MiB, sparse
+        f.truncate(200 * 2**20)
+    one_line_error(coalloc(tmp_path, "submit", str(huge)), str(huge),
+                   "larger than the 1024 KiB limit")
+    one_line_error(coalloc(tmp_path, "run", str(huge)), "larger than the 1024 KiB limit")
+    wide = tmp_path / "wide.json"
+    wide.write_text('{"name": "w", "qos": "loose", "subtasks": [{"work": 1}, {"work": 1},'
+                    ' {"work": 1}]}')
+    one_line_error(coalloc(tmp_path, "run", str(wide), "--nodes", "300,400"),
+                   "subtasks: more subtasks than nodes: 3 subtasks, 2 nodes")
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text('{"name": "\\u001b[2J\\u001b[31mred\\nline\\u0000", "qos": "loose",'
+                       ' "subtasks": [{"work": 1}]}')
+    proc = coalloc(tmp_path, "submit", str(hostile))
+    one_line_error(proc, "name: must not contain control characters (found '\\x1b'")
+    assert "\x1b" not in proc.stderr and "\x00" not in proc.stderr
+    alloc = tmp_path / "alloc.yaml"
+    alloc.write_text('capacity: [9, 18]\nusers:\n  - {name: "A\\e[5m", demand: [1, 4]}\n')
+    one_line_error(coalloc(tmp_path, "fair", str(alloc)),
+                   "users[0].name: must not contain control characters")
+
+
+def test_a_closed_stdout_pipe_ends_a_command_quietly(tmp_path: Path) -> None:
+    """The reader of stdout is gone before the command writes: no BrokenPipeError
+    traceback, nothing on stderr, exit status 141 (as a process killed by SIGPIPE)."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "drf-paper.yaml"
+    env = dict(os.environ, COALLOC_HOME=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coalloc.cli", "fair", str(example)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # nobody will ever read
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""
+    # The same through a shell pipeline (head may or may not exit before the write).
+    shell = subprocess.run(
+        ["bash", "-o", "pipefail", "-c",
+         f"{sys.executable} -m coalloc.cli fair {example} --json | head -1"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert shell.returncode in (0, 141), shell.stderr
+    assert shell.stdout.count("\n") == 1
+    assert "Traceback" not in shell.stderr and "BrokenPipe" not in shell.stderr

@@ -350,7 +350,8 @@ def test_commands_reach_exactly_their_node(ctx: zmq.Context[Any]) -> None:
 def test_command_for_an_unknown_node_is_unroutable(ctx: zmq.Context[Any]) -> None:
     with CommandPublisher(context=ctx) as pub:
         assert not pub.publish(ReweightCommand("j", 0, "nobody", 1, 1.0, 0.0))
-        assert pub.counters() == {"sent": 0, "dropped": 0, "unroutable": 1}
+        c = pub.counters()
+        assert (c["sent"], c["dropped"], c["unroutable"], c["routes"]) == (0, 0, 1, 0)
 
 
 def test_publisher_never_blocks_when_a_node_stops_reading(ctx: zmq.Context[Any]) -> None:
@@ -378,12 +379,14 @@ def test_a_restarted_local_manager_takes_its_name_over(ctx: zmq.Context[Any]) ->
             got: list[ReweightCommand] = []
 
             def arrived() -> bool:
+                pub.poll_incoming()  # the new subscriber's hello rebinds n1
                 pub.publish(cmd)
                 got.extend(new.poll(0.02))
                 return bool(got)
 
             until(arrived, "the new subscriber to receive")
             assert got[0] == cmd
+            assert pub.counters()["hellos"] >= 2
         finally:
             old.close()
             new.close()
@@ -396,26 +399,23 @@ def test_subscriber_counts_bad_commands_and_keeps_going(ctx: zmq.Context[Any]) -
     port = router.bind_to_random_port("tcp://127.0.0.1")
     try:
         with CommandSubscriber(f"tcp://127.0.0.1:{port}", "n1", context=ctx) as sub:
-            def routed() -> bool:
-                try:
-                    router.send_multipart([b"n1", b"\xc1"], zmq.NOBLOCK)
-                    return True
-                except zmq.ZMQError:
-                    return False
-
-            until(routed, "the subscriber to connect")
+            # the ROUTER learns the subscriber's routing id from its hello
+            assert router.poll(int(DEADLINE_S * 1000))
+            rid, hello = router.recv_multipart()
+            assert msgpack.unpackb(hello) == [WIRE_VERSION, "hello", "n1"]
+            router.send_multipart([rid, b"\xc1"], zmq.NOBLOCK)
             good = ReweightCommand("j", 1, "n1", 2, 5.0, 0.5)
             bad = [
-                [b"n1", b"\xdd\xff\xff\xff\xff"],  # huge declared size
-                [b"n1", b"\x91" * 3000],  # deep nesting (truncated as well)
-                [b"n1", encode_report(report(1))],  # a report on the command channel
-                [b"n1", encode_command(ReweightCommand("j", 1, "n2", 2, 5.0, 0.5))],
-                [b"n1", encode_command(good), b"extra"],  # multipart
-                [b"n1", msgpack.packb([WIRE_VERSION + 1, "reweight"])],
+                [rid, b"\xdd\xff\xff\xff\xff"],  # huge declared size
+                [rid, b"\x91" * 3000],  # deep nesting (truncated as well)
+                [rid, encode_report(report(1))],  # a report on the command channel
+                [rid, encode_command(ReweightCommand("j", 1, "n2", 2, 5.0, 0.5))],
+                [rid, encode_command(good), b"extra"],  # multipart
+                [rid, msgpack.packb([WIRE_VERSION + 1, "reweight"])],
             ]
             for parts in bad:
                 router.send_multipart(parts)
-            router.send_multipart([b"n1", encode_command(good)])
+            router.send_multipart([rid, encode_command(good)])
             got: list[ReweightCommand] = []
             until(lambda: bool(got.extend(sub.poll(0.02))) or sub.counters()["received"] >= 8,
                   "commands to arrive")

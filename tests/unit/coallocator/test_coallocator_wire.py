@@ -260,7 +260,10 @@ def test_report_rejection_reason(frame: bytes, reason: DropReason) -> None:
 
 
 def test_every_frame_level_reason_is_exercised() -> None:
-    transport_only = {DropReason.MULTIPART, DropReason.WRONG_NODE, DropReason.OVERSIZED}
+    transport_only = {
+        DropReason.MULTIPART, DropReason.WRONG_NODE, DropReason.OVERSIZED,
+        DropReason.SPOOFED_NODE, DropReason.OLD_INCARNATION,
+    }
     assert {r for _, _, r in REJECTIONS} == set(DropReason) - transport_only
 
 
@@ -461,3 +464,36 @@ def test_encoder_respects_a_small_frame_limit() -> None:
 def test_limits_are_validated(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=rf"WireLimits\.{field}:"):
         WireLimits(**kwargs)
+
+
+# ------------------------------------------------------------------------------ hello
+
+
+@given(st.text(min_size=1, max_size=60).filter(lambda t: len(t.encode()) <= 255))
+def test_hello_round_trip_property(node: str) -> None:
+    assert wire.decode_hello(wire.encode_hello(node)) == node
+
+
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        (msgpack.packb([wire.WIRE_VERSION, "hello"]), DropReason.BAD_SCHEMA),
+        (msgpack.packb([wire.WIRE_VERSION, "hello", "n1", 7]), DropReason.BAD_SCHEMA),
+        (msgpack.packb([wire.WIRE_VERSION, "hello", ""]), DropReason.BAD_VALUE),
+        (msgpack.packb([wire.WIRE_VERSION, "hello", 5]), DropReason.BAD_SCHEMA),
+        (msgpack.packb([wire.WIRE_VERSION + 1, "hello", "n1"]), DropReason.BAD_VERSION),
+        (msgpack.packb([wire.WIRE_VERSION, "reweight", "n1"]), DropReason.BAD_KIND),
+        (b"\xc1", DropReason.UNDECODABLE),
+    ],
+)
+def test_hello_rejection_reason(frame: bytes, reason: DropReason) -> None:
+    with pytest.raises(wire.FrameError) as exc:
+        wire.decode_hello(frame)
+    assert exc.value.reason is reason
+
+
+def test_hello_refuses_a_bad_name() -> None:
+    with pytest.raises(ValueError, match="hello.node"):
+        wire.encode_hello("")
+    with pytest.raises(ValueError, match="hello.node"):
+        wire.encode_hello("x" * 256)

@@ -231,6 +231,9 @@ def test_node_and_controller_loops_follow_the_model_time_grid() -> None:
         def publish(self, command: ReweightCommand) -> bool:
             return True
 
+        def poll_incoming(self) -> int:
+            return 0
+
         def counters(self) -> dict[str, Any]:
             return {}
 

@@ -4,6 +4,7 @@ the time base and the state file."""
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,12 @@ def test_state_file_round_trip_and_errors(tmp_path: Path, monkeypatch: pytest.Mo
     path = save_state(st)
     assert path == state_path() and path.parent == tmp_path / "home"
     assert load_state() == st
+    # Readable by its owner only, also when it replaces a looser file; no temp file left.
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.chmod(0o644)
+    save_state(st)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == ["state.json"]
     path.write_text("{not json")
     with pytest.raises(UserError, match="unreadable state file"):
         load_state()

@@ -63,6 +63,9 @@ class Publisher:
         self.inboxes[command.node].items.append(command)
         return True
 
+    def poll_incoming(self) -> int:
+        return 0
+
     def counters(self) -> dict[str, Any]:
         return {}
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coalloc.errors import UserError
+from coalloc.errors import UserError, is_unprintable
 from workloads.model import STANDARD_MHZ, Demand, JobSpec, QosClass, SubtaskSpec
 from workloads.spec import (
     SpecError,
@@ -402,7 +402,9 @@ def job_specs(draw: st.DrawFn) -> JobSpec:
     qos = draw(st.sampled_from([QosClass.STRICT, QosClass.LOOSE, QosClass.BEST_EFFORT]))
     strict = qos is QosClass.STRICT
     base = JobSpec(
-        name=draw(st.text(min_size=1, max_size=10).filter(str.strip)),
+        # names are printable (control characters are refused; see the limits tests)
+        name=draw(st.text(min_size=1, max_size=10).filter(str.strip).filter(
+            lambda t: not any(map(is_unprintable, t)))),
         qos=qos,
         overall_deviation=draw(_pos) if strict else None,
         asynchrony=draw(_pos) if strict else None,
