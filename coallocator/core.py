@@ -66,8 +66,10 @@ class _JobTrack:
 
 @dataclass(frozen=True, slots=True)
 class JobClockView:
-    """A job's clocks as ``status`` shows them: ``T_V`` per subtask and the current phase
-    difference, s."""
+    """A job's clocks as ``status`` shows them: ``T_V`` per subtask, the current and the
+    largest phase difference so far (s), the fraction of its control periods (with two or
+    more running subtasks) in which the phase difference exceeded ``A_t``, and the
+    weights and rate caps in force (Mcycles/s)."""
 
     job_id: str
     qos: str
@@ -78,6 +80,14 @@ class JobClockView:
     weights: tuple[float, ...]
     virtual_weights: tuple[float, ...]
     done: tuple[bool, ...]
+    max_phase_difference: float = 0.0
+    window_violation_fraction: float | None = None
+    rate_caps: tuple[float, ...] = ()
+
+
+def violation_fraction(violations: int, periods: int) -> float | None:
+    """``violations / periods``; ``None`` before the first period."""
+    return violations / periods if periods else None
 
 
 class ControllerCore:
@@ -425,6 +435,11 @@ class ControllerCore:
             weights=tuple(s.weight for s in job.subtasks),
             virtual_weights=tuple(s.virtual_weight for s in job.subtasks),
             done=tuple(s.done for s in job.subtasks),
+            max_phase_difference=job.tracker.phi_max,
+            window_violation_fraction=violation_fraction(
+                job.tracker.window_violations, job.tracker.periods
+            ),
+            rate_caps=tuple(s.rate_cap for s in job.subtasks),
         )
 
     def finish_all(self) -> None:

@@ -443,11 +443,13 @@ def assemble_status(
         job = dict(j, subtasks=subs)
         if view and not view.get("closed"):
             job["phase_difference"] = view.get("phase_difference")
+            job["max_phase_difference"] = view.get("max_phase_difference")
+            job["window_violation_fraction"] = view.get("window_violation_fraction")
             job["mean_virtual"] = view.get("mean_virtual")
             job["window"] = view.get("window")
         elif view:
             for key in ("mean_phase_difference", "max_phase_difference", "completion_skew",
-                        "turnaround"):
+                        "turnaround", "window_violation_fraction"):
                 job[key] = view.get(key)
         jobs.append(job)
     transport = ctl.get("transport", {})

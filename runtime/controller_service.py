@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from coallocator.core import ControllerCore
+from coallocator.core import ControllerCore, violation_fraction
 from coallocator.messages import ProgressReport, ReweightCommand
 from coallocator.phase_log import PeriodRecord, PhaseLogWriter, SummaryRecord
 from runtime.config import RuntimeConfig
@@ -351,6 +351,9 @@ class ControllerService:
                     "qos": v.qos,
                     "virtual_times": list(v.virtual_times),
                     "phase_difference": v.phase_difference,
+                    "max_phase_difference": v.max_phase_difference,
+                    "window_violation_fraction": v.window_violation_fraction,
+                    "rate_caps": list(v.rate_caps),
                     "mean_virtual": v.mean_virtual,
                     "window": v.window,
                     "weights": list(v.weights),
@@ -367,6 +370,9 @@ class ControllerService:
                         "completed": summ.completed,
                         "mean_phase_difference": summ.mean_phase_difference,
                         "max_phase_difference": summ.max_phase_difference,
+                        "window_violation_fraction": violation_fraction(
+                            summ.window_violations, summ.periods
+                        ),
                         "completion_skew": summ.completion_skew,
                         "turnaround": summ.turnaround,
                     },

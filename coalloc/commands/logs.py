@@ -143,13 +143,21 @@ def _num(value: Any, width: int, digits: int = 1) -> str:
 
 def format_jobs(jobs: Sequence[dict[str, Any]]) -> str:
     lines = [f"{'job':<10} {'qos':<11} {'subtasks':>8} {'periods':>7} {'mean_phi_s':>10} "
-             f"{'max_phi_s':>10} {'skew_s':>9} {'turnaround_s':>12} {'completed':>9}"]
+             f"{'max_phi_s':>10} {'viol_A_t':>8} {'skew_s':>9} {'turnaround_s':>12} "
+             f"{'completed':>9}"]
     for j in jobs:
         subtasks = "-" if j.get("subtasks") is None else str(j["subtasks"])
+        periods = int(j.get("periods", 0) or 0)
+        viol = (
+            int(j["window_violations"]) / periods
+            if periods and j.get("window_violations") is not None
+            else None
+        )
         lines.append(
-            f"{j['job']:<10} {j.get('qos') or '-':<11} {subtasks:>8} {j.get('periods', 0):>7} "
+            f"{j['job']:<10} {j.get('qos') or '-':<11} {subtasks:>8} {periods:>7} "
             f"{_num(j.get('mean_phase_difference'), 10)} "
-            f"{_num(j.get('max_phase_difference'), 10)} {_num(j.get('completion_skew'), 9)} "
+            f"{_num(j.get('max_phase_difference'), 10)} {_num(viol, 8, 3)} "
+            f"{_num(j.get('completion_skew'), 9)} "
             f"{_num(j.get('turnaround'), 12)} {'yes' if j.get('completed') else 'no':>9}"
         )
     return "\n".join(lines)

@@ -110,12 +110,13 @@ def render(st: dict[str, Any], detail: bool = False) -> str:
         return "\n".join(lines)
     lines.append(
         table(
-            ("JOB", "NAME", "QOS", "STATE", "PROGRESS", "PHASE DIFF", "MEAN T_V", "WINDOW",
-             "NODES"),
+            ("JOB", "NAME", "QOS", "STATE", "PROGRESS", "PHI NOW", "MAX PHI", "VIOL A_T",
+             "MEAN T_V", "WINDOW", "NODES"),
             [
                 (
                     j["job_id"], j["name"], j["qos"], j["state"], _progress(j),
                     j.get("phase_difference", j.get("mean_phase_difference")),
+                    j.get("max_phase_difference"), j.get("window_violation_fraction"),
                     j.get("mean_virtual"), j.get("window", "-"), ",".join(j["nodes"]) or "-",
                 )
                 for j in st["jobs"]
