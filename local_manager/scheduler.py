@@ -375,7 +375,10 @@ class LocalScheduler:
         for q in _QUEUES:
             d = sum(cap[e.subtask.key] for e in by_queue[q])
             if q is QueueName.QOS:
-                d += full_cpu * n_virtual
+                # A virtual subtask may hold the whole node (a weight holder, not a
+                # process): were it capped at one core, on a node whose QoS share is more
+                # than a core the slowed subtask would keep the rest whatever its weight.
+                d += capacity * n_virtual
             queue_demand.append(min(d, capacity))
 
         queue_cpu = self._split_queues(capacity, queue_demand)
@@ -477,7 +480,7 @@ class LocalScheduler:
                 vw = e.subtask.virtual_weight
                 if vw > 0:
                     weights.append(vw)
-                    demands.append(full_cpu)
+                    demands.append(capacity)
         if multi:
             alloc = self._drf_share(members, demands, weights, queue_cpu, full_cpu, capacity)
         else:

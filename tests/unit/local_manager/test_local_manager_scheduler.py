@@ -547,3 +547,86 @@ def test_waiting_entries_can_be_cancelled_and_qos_queue_cannot_be_capped() -> No
         LocalSchedulerConfig(max_running={QueueName.QOS: 4})
     with pytest.raises(ValueError, match=r"max_running\[local\]"):
         LocalSchedulerConfig(max_running={QueueName.LOCAL: 0})
+
+
+def test_virtual_subtask_holds_more_than_a_core_on_a_multi_core_node() -> None:
+    # 3 cores of 400 MHz, queues not work-conserving: the QoS share is 600 Mcycles/s,
+    # more than one core (400). A subtask slowed to 1 % must get about 1 % of it, not the
+    # 200 a one-core virtual subtask would leave it (the live multi-raylet bug).
+    s = sched(
+        Node("n", 400.0, cores=3.0),
+        False,
+        VirtualSubtaskMode.IDLE,
+        sub("s", QosClass.STRICT, rate=300.0, weight=3.0, virtual=297.0),
+    )
+    r = s.step(1.0, 1.0)
+    assert granted(r, "s") == pytest.approx(600.0 * 3.0 / 300.0)
+    assert r.virtual_idle == pytest.approx(600.0 * 297.0 / 300.0)
+
+
+# ----------------------------------------------------------------- paced mode
+
+
+def _paced(*subtasks: Subtask, lend: bool = True, borrow: bool = True) -> LocalScheduler:
+    s = LocalScheduler(
+        Node("n", 1000.0),
+        LocalSchedulerConfig(
+            work_conserving=False,
+            virtual_mode=VirtualSubtaskMode.PACED,
+            lend_paced=lend,
+            borrow_idle=borrow,
+        ),
+    )
+    for t in subtasks:
+        s.add(t, 0.0)
+    return s
+
+
+def test_a_rate_cap_holds_a_subtask_and_its_neighbour_gets_the_rest() -> None:
+    s = _paced(sub("s", QosClass.STRICT), sub("o", QosClass.STRICT), borrow=False)
+    assert s.set_weights(("s", 0), 100.0, 0.0, rate_cap=50.0)
+    r = s.step(1.0, 1.0)
+    # QoS share 500: s is held to 50, its neighbour takes the other 450 (one core is 1000)
+    assert (granted(r, "s"), granted(r, "o")) == pytest.approx((50.0, 450.0))
+    assert r.virtual_idle == 0.0
+    (rep,) = [x for x in r.reports if x.job_id == "s"]
+    assert rep.available_work == pytest.approx(50.0)  # the queue had nothing left
+
+
+def test_what_a_cap_leaves_is_lent_to_best_effort_and_local_work() -> None:
+    s = _paced(
+        sub("s", QosClass.STRICT),
+        sub("b", QosClass.BEST_EFFORT, weight=10.0),
+        sub("l", QosClass.LOCAL, weight=10.0),
+        borrow=False,
+    )
+    s.set_weights(("s", 0), 100.0, 0.0, rate_cap=100.0)
+    r = s.step(1.0, 1.0)
+    # QoS 500 of which s takes 100; the 400 left goes to best effort and local by their
+    # queue weights (0.2 : 0.3) on top of their own shares (200 and 300)
+    assert granted(r, "s") == pytest.approx(100.0)
+    assert granted(r, "b") == pytest.approx(200.0 + 400.0 * 0.4)
+    assert granted(r, "l") == pytest.approx(300.0 + 400.0 * 0.6)
+    assert r.used == pytest.approx(1000.0)
+    (rep,) = [x for x in r.reports if x.job_id == "s"]
+    assert rep.available_work == pytest.approx(500.0)  # all the QoS share was its
+
+
+def test_without_lending_a_cap_leaves_the_cpu_idle() -> None:
+    s = _paced(sub("s", QosClass.STRICT), sub("b", QosClass.BEST_EFFORT), lend=False,
+               borrow=False)
+    s.set_weights(("s", 0), 100.0, 0.0, rate_cap=100.0)
+    r = s.step(1.0, 1.0)
+    assert (granted(r, "s"), granted(r, "b")) == pytest.approx((100.0, 200.0))
+
+
+def test_idle_cpu_goes_to_qos_work_that_wants_more() -> None:
+    s = _paced(sub("s", QosClass.STRICT, rate=10.0))
+    r = s.step(1.0, 1.0)
+    # an otherwise idle node: the uncapped QoS subtask may use a whole core (1000)
+    assert granted(r, "s") == pytest.approx(1000.0)
+    s.set_weights(("s", 0), 10.0, 0.0, rate_cap=700.0)
+    r = s.step(2.0, 1.0)
+    assert granted(r, "s") == pytest.approx(700.0)
+    (rep,) = r.reports
+    assert rep.available_work == pytest.approx(1000.0)
