@@ -240,15 +240,19 @@ def control(request: ControlRequest, config: ControllerConfig | None = None) -> 
     return ControlReply(decisions=tuple(decisions), node_slack=slack)
 
 
+def _clocks(subs: tuple[SubtaskState, ...]) -> tuple[list[float], float, float]:
+    """A job's virtual times, their mean and its phase difference (s)."""
+    tvs = [s.virtual_time for s in subs]
+    return tvs, sum(tvs) / len(tvs), phase_difference(tvs)
+
+
 def _control_job(
     job: JobState, real_time: float, cfg: ControllerConfig, slack: dict[str, float]
 ) -> JobDecision:
     subs = job.subtasks
     if not subs:
         return JobDecision(job.job_id, real_time, 0.0, Window.NONE, ())
-    tvs = [s.virtual_time for s in subs]
-    mean_v = sum(tvs) / len(tvs)
-    phi = phase_difference(tvs)
+    tvs, mean_v, phi = _clocks(subs)
     k = cfg.gain
     factors: list[float]  # signed: > 0 speed up, < 0 slow down
     deviation = mean_v - real_time
@@ -368,9 +372,7 @@ def _pace_job(
     subs = job.subtasks
     if not subs:
         return JobDecision(job.job_id, real_time, 0.0, Window.NONE, ())
-    tvs = [s.virtual_time for s in subs]
-    mean_v = sum(tvs) / len(tvs)
-    phi = phase_difference(tvs)
+    _, mean_v, phi = _clocks(subs)
     t_next, capability = pace_targets(subs, period)
     behind = mean_v - real_time < -job.overall_deviation
     window = Window.NONE

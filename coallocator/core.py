@@ -49,6 +49,21 @@ class _SubtaskTrack:
     capability: float | None = None
     done: bool = False
 
+    def state(self, ahead: float = 0.0) -> SubtaskState:
+        """The controller's view of this subtask, its clock moved ``ahead`` s at its last
+        rate (0: as last reported)."""
+        return SubtaskState(
+            self.index,
+            self.node,
+            self.virtual_time + self.clock_rate * ahead,
+            self.admitted_weight,
+            self.weight,
+            self.virtual_weight,
+            self.clock_rate,
+            self.rate_cap,
+            self.capability,
+        )
+
 
 @dataclass(slots=True)
 class _JobTrack:
@@ -232,20 +247,7 @@ class ControllerCore:
                         job.job_id,
                         job.overall_deviation,
                         job.asynchrony,
-                        tuple(
-                            SubtaskState(
-                                s.index,
-                                s.node,
-                                s.virtual_time,
-                                s.admitted_weight,
-                                s.weight,
-                                s.virtual_weight,
-                                s.clock_rate,
-                                s.rate_cap,
-                                s.capability,
-                            )
-                            for s in running
-                        ),
+                        tuple(s.state() for s in running),
                     )
                 )
             else:
@@ -369,21 +371,7 @@ class ControllerCore:
                 j.job_id,
                 j.overall_deviation,
                 j.asynchrony,
-                tuple(
-                    SubtaskState(
-                        s.index,
-                        s.node,
-                        s.virtual_time + s.clock_rate * dt,
-                        s.admitted_weight,
-                        s.weight,
-                        s.virtual_weight,
-                        s.clock_rate,
-                        s.rate_cap,
-                        s.capability,
-                    )
-                    for s in j.subtasks
-                    if not s.done
-                ),
+                tuple(s.state(dt) for s in j.subtasks if not s.done),
             )
             for j in jobs
         )
