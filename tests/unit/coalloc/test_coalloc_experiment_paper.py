@@ -149,3 +149,64 @@ def test_bad_flags_are_one_line_errors(tmp_path: Path, capsys, flags: list[str],
     assert message in err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "o").exists()  # nothing written before the flags are checked
+
+
+def test_price_columns_agree_with_the_run(runs: dict[int, Path]) -> None:
+    """The price-of-co-allocation columns of (4 nodes, lambda 500, strict) recomputed from
+    simulate(): violation fractions over the admitted strict jobs' control periods, p95
+    turnaround, QoS utilisation and idle virtual CPU; tradeoff.png is written."""
+    _, rows = read_rows(runs[2] / "results.csv")
+    row = next(r for r in rows if (r["nodes"], r["lam"], r["policy"]) == ("4", "500.0", "strict"))
+    seed = paper.cell_seed(5, 4, 500.0)
+    workload = generate(PaperWorkloadParams(nodes=4, mean_interarrival=500.0, jobs=30,
+                                            rate_per_weight=paper.DEFAULT_RATE_PER_WEIGHT), seed)
+    result = simulate(workload, "strict", seed=seed,
+                      config=SimConfig(cycle=30.0, work_conserving=False,
+                                       rate_per_weight=paper.DEFAULT_RATE_PER_WEIGHT))
+    admitted = [j for j in result.jobs if j.qos == "strict" and j.admitted]
+    periods = sum(j.control_periods for j in admitted)
+    assert periods > 0
+    # strict runs no controller: its subtasks drift apart, so some periods exceed A_t
+    viol = sum(j.window_violations for j in admitted) / periods
+    assert float(row["window_violation_fraction"]) == pytest.approx(viol)
+    assert 0.0 < viol <= 1.0
+    overall = sum(j.overall_violations for j in admitted) / periods
+    assert float(row["overall_violation_fraction"]) == pytest.approx(overall)
+    turnarounds = sorted(j.turnaround for j in admitted if j.turnaround is not None)
+    assert turnarounds[0] <= float(row["p95_turnaround"]) <= turnarounds[-1]
+    assert float(row["qos_utilization"]) == pytest.approx(result.qos_utilization)
+    assert float(row["idle_virtual_fraction"]) == 0.0  # strict has no virtual subtasks
+    assert row["overbooking"] == ""
+    sq_row = next(r for r in rows if (r["nodes"], r["lam"], r["policy"]) == ("4", "500.0", "sq"))
+    assert float(sq_row["overbooking"]) == 0.05
+    data = (runs[2] / "tradeoff.png").read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 1000
+
+
+def test_overbooking_flag_runs_each_overbooking_policy_per_ratio(tmp_path: Path) -> None:
+    code = cli.main(["experiment", "paper", "--nodes", "3", "--lam", "500", "--policies",
+                     "sq,strict", "--jobs", "10", "--overbooking", "0,20", "--out",
+                     str(tmp_path), "--quiet", "--workers", "1"])
+    assert code == 0
+    _, rows = read_rows(tmp_path / "results.csv")
+    assert [(r["policy"], r["overbooking"]) for r in rows] == [
+        ("sq", "0.0"), ("sq", "0.2"), ("strict", "")]
+    names = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert names == ["n3-lam500-sq-ob0.jsonl", "n3-lam500-sq-ob20.jsonl",
+                     "n3-lam500-strict.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--overbooking", "-5"], "--overbooking: must be a finite percentage >= 0"),
+        (["--overbooking", "x"], "--overbooking: 'x' is not a percentage"),
+        (["--rate-per-weight", "0"], "--rate-per-weight"),
+    ],
+)
+def test_bad_price_flags_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    code = cli.main(["experiment", "paper", "--out", str(tmp_path), "--quiet", *flags])
+    assert code == 2
+    assert message in capsys.readouterr().err
