@@ -29,12 +29,14 @@ Contract:
 What a re-solve reuses (warm restart). pylmcf's network simplex keeps the optimal
 spanning-tree basis of the last solve of a fixed topology. After ``set_supply`` and
 capacity changes the next ``solve`` starts from that basis (repairing it if the old
-flows no longer fit); after cost changes it starts from the same basis with the node
-potentials recomputed. Adding a node or an arc, or changing the sign of an arc's cost
-(negative-cost arcs are stored reversed, see below), changes the solver's topology: the
-next ``solve`` rebuilds the solver and starts cold. The solve after an infeasible one
-starts cold too (pylmcf drops the basis). ``reused_basis`` and ``rebuilds`` count the
-two kinds.
+flows no longer fit, with its "dual_greedy" repair; a repair that runs longer than four
+times the last cold solve is abandoned for a cold solve); after cost changes it starts
+from the same basis with the node potentials recomputed, and since the old flows still
+fit, only pivots towards the new optimum remain. Adding a node or an arc, or changing
+the sign of an arc's cost (negative-cost arcs are stored reversed, see below), changes
+the solver's topology: the next ``solve`` rebuilds the solver and starts cold. The
+solve after an infeasible one starts cold too (pylmcf drops the basis).
+``reused_basis`` and ``rebuilds`` count the two kinds.
 
 Negative costs: LEMON's solver takes costs >= 0 only, so an arc ``u -> v`` with cost
 ``c < 0`` and capacity ``k`` is handed to it saturated and reversed: an arc ``v -> u``
@@ -59,6 +61,12 @@ MAX_CAPACITY = 2**40
 MAX_COST = 2**40
 """Largest cost magnitude a ``FlowGraph`` accepts."""
 _COST_BOUND = 2**62  # the worst-case total cost must stay below this (int64 headroom)
+# pylmcf's basis repair when the old flows no longer fit (docs/decisions.md, "flow"):
+# "dual_greedy" keeps capacity changes on scheduler graphs warm where the default "dual"
+# stalls and goes cold; a repair running longer than 4 x the last cold solve gives up
+# and solves cold, which bounds the worst case at about 5 x a cold solve.
+_WARM_REPAIR = "dual_greedy"
+_WARM_REPAIR_BUDGET = 4.0
 
 IntArray = npt.NDArray[np.int64]
 
@@ -301,6 +309,8 @@ class FlowGraph:
         solver.set_node_supply(self._solver_supply())
         solver.set_edge_capacities(self._s_cap)
         solver.set_edge_costs(self._s_cost)
+        solver.set_warm_repair(_WARM_REPAIR)
+        solver.set_warm_repair_budget(_WARM_REPAIR_BUDGET)
         self._solver = solver
         self._dirty_cap = self._dirty_cost = self._dirty_supply = False
         self.rebuilds += 1
