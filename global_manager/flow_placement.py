@@ -244,6 +244,9 @@ def _count_fitting(rates: Sequence[float], room: float) -> int:
 def _max_matching(eligible: Sequence[Sequence[int]]) -> int:
     """Most subtasks placed on distinct nodes, ``eligible[i]`` the nodes subtask ``i``
     may use (a bipartite matching, solved as a flow)."""
+    n = len(eligible)
+    if all(len(e) >= n for e in eligible):
+        return n  # Hall: each subtask still has a node when the others have taken theirs
     g = FlowGraph()
     sink = g.add_node(0)
     subs = [g.add_node(1) for _ in eligible]
@@ -260,7 +263,7 @@ def _max_matching(eligible: Sequence[Sequence[int]]) -> int:
     return len(eligible) - (sol.cost if sol.optimal else len(eligible))
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # compared by identity
 class _Job:
     spec: PendingJob
     index: int
@@ -282,9 +285,25 @@ class _Cycle:
     shares: dict[str, float]
     placed_rate: dict[str, float]  # per user, this cycle
     held: dict[str, float]
+    # (rate, labels, holder) -> nodes with the labels and room; cleared when budgets move.
+    _eligible: dict[tuple[float, frozenset[str], bool], list[int]] = field(
+        default_factory=dict
+    )
 
     def room(self, n: int) -> float:
         return self.free[n] - self.reserved[n]
+
+    def eligible(self, rate: float, labels: frozenset[str], holder: bool) -> list[int]:
+        key = (rate, labels, holder)
+        hit = self._eligible.get(key)
+        if hit is None:
+            hit = [k for k, n in enumerate(self.req.nodes) if labels <= n.labels
+                   and _fits(rate, self.free[k] if holder else self.room(k))]
+            self._eligible[key] = hit
+        return hit
+
+    def budgets_moved(self) -> None:
+        self._eligible.clear()
 
     def user_room(self, user: str) -> float:
         share = self.shares.get(user, math.inf)
@@ -385,9 +404,10 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
     while active and rounds < req.max_rounds:
         fitting = [j for j in active if _fits_now(j, cyc) is None]
         entrants = list(fitting)
+        fit_ids = {id(j) for j in fitting}
         head: _Job | None = None
         if reserved_for is None and req.reserve_after is not None:
-            waiting = [j for j in active if j not in fitting and j.wait >= req.reserve_after
+            waiting = [j for j in active if id(j) not in fit_ids and j.wait >= req.reserve_after
                        and _user_allows(j, cyc)]
             if waiting:
                 head = max(waiting, key=lambda j: (j.cost, -j.index))
@@ -408,6 +428,7 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
                     reserved_for = job.spec.job_id
                     for i, n in got.items():
                         cyc.reserved[n] += min(job.spec.subtasks[i].rate, max(0.0, cyc.room(n)))
+                    cyc.budgets_moved()
                 gang_withdrawn.add(job.spec.job_id)
                 active.remove(job)
                 withdrawn = True
@@ -500,10 +521,10 @@ def _fits_now(
     eligible: list[list[int]] = []
     blocked_by_reservation = False
     for i, s in enumerate(job.spec.subtasks):
-        labelled = [k for k, n in enumerate(nodes) if s.labels <= n.labels]
-        rooms = [cyc.free[k] if holder else cyc.room(k) for k in labelled]
-        ok = [k for k, r in zip(labelled, rooms) if _fits(s.rate, r)]
+        ok = cyc.eligible(s.rate, s.labels, holder)
         if not ok:
+            labelled = [k for k, n in enumerate(nodes) if s.labels <= n.labels]
+            rooms = [cyc.free[k] if holder else cyc.room(k) for k in labelled]
             best = max(rooms) if rooms else 0.0
             if not holder and any(_fits(s.rate, cyc.free[k]) for k in labelled):
                 blocked_by_reservation = True
@@ -550,6 +571,7 @@ def _commit(job: _Job, got: Mapping[int, int], cyc: _Cycle) -> bool:
         r = job.spec.subtasks[i].rate
         cyc.free[n] -= r
         cyc.committed[n] += r
+    cyc.budgets_moved()
     u = job.spec.user
     cyc.placed_rate[u] = cyc.placed_rate.get(u, 0.0) + job.rate
     return True
@@ -584,10 +606,8 @@ def _solve_round(entrants: Sequence[_Job], cyc: _Cycle) -> dict[int, dict[int, i
             cv = g.add_node(len(subs))
             total += len(subs)
             g.add_arc(cv, unsched, len(subs), 0)
-            for k, node in enumerate(nodes):
-                if not labels <= node.labels or not _fits(rate, cyc.room(k)):
-                    continue
-                p = _pace_cost(rate, node, cyc.committed[k], req.qos_share)
+            for k in cyc.eligible(rate, labels, False):
+                p = _pace_cost(rate, nodes[k], cyc.committed[k], req.qos_share)
                 if len(job.classes) == 1:
                     head = node_v[k]
                 else:
