@@ -45,6 +45,9 @@ log = logging.getLogger("coalloc.runtime")
 STATUS_TIMEOUT_S = 5.0
 #: Real seconds the global manager waits for a controller or local-manager call.
 CALL_TIMEOUT_S = 30.0
+#: Real seconds between two reconciliations of the global manager's job table with the
+#: local managers' views (finished-subtask notifications lost while it was down).
+RECONCILE_S = 5.0
 
 
 def _node_id() -> str:
@@ -315,15 +318,48 @@ class GlobalManagerActor:
             node.name: ray.get_actor(local_manager_name(node.name), namespace=NAMESPACE)
             for node, _, _ in placements
         }
+        journal = self.info.get("gm_journal")
+        # Built by Ray again after a crash (max_restarts): the journal is then recovered.
         self.service = GlobalService(
             [node for node, _, _ in placements],
             config,
             self.clock,
             _RayDispatch(self.controller, self.local_managers),
+            Path(journal) if journal else None,
         )
+        self.reconciled = 0
+        self._stop = threading.Event()
+        self._reconciler = threading.Thread(
+            target=self._reconcile_loop, name="coalloc-gm-reconcile", daemon=True
+        )
+        self._reconciler.start()
+
+    def _reconcile_loop(self) -> None:
+        """Every :data:`RECONCILE_S` (at once after a recovery), take the ended subtasks
+        the local managers show as the notifications this actor missed."""
+        import ray
+
+        wait = 0.0 if self.service.recovered else RECONCILE_S
+        while not self._stop.wait(wait):
+            wait = RECONCILE_S
+            for node, _ in self.service.running_subtasks().items():
+                lm = self.local_managers.get(node)
+                if lm is None:
+                    continue
+                try:
+                    st = ray.get(lm.status.remote(), timeout=STATUS_TIMEOUT_S)
+                    self.reconciled += self.service.reconcile(node, st.get("subtasks", []))
+                except Exception as exc:  # noqa: BLE001 - that node is asked again later
+                    log.info("reconcile with %s: %s", node, type(exc).__name__)
 
     def ready(self) -> dict[str, Any]:
-        return {"ray_node_id": _node_id(), "pid": os.getpid(), "nodes": len(self.placements)}
+        return {
+            "ray_node_id": _node_id(),
+            "pid": os.getpid(),
+            "nodes": len(self.placements),
+            "recovered": self.service.recovered,
+            "reconciled": self.reconciled,
+        }
 
     def deployment(self) -> dict[str, Any]:
         """What clients need: endpoints, log path, actor names, nodes and configuration."""
@@ -335,8 +371,9 @@ class GlobalManagerActor:
             cycle=self.config.cycle,
         )
 
-    def submit(self, specs: list[JobSpec]) -> list[dict[str, Any]]:
-        return self.service.submit(list(specs))
+    def submit(self, specs: list[JobSpec], token: str | None = None) -> list[dict[str, Any]]:
+        """``token``: the client's id of this submission (a retry is answered once)."""
+        return self.service.submit(list(specs), token)
 
     def subtask_ended(self, outcome: SubtaskOutcome) -> None:
         self.service.subtask_ended(outcome)
@@ -372,6 +409,11 @@ class GlobalManagerActor:
                                job_id)
 
     def shutdown(self) -> bool:
+        """``down``: stop and remove the journal (nothing is left to recover)."""
+        self._stop.set()
+        journal = self.info.get("gm_journal")
+        if journal:
+            Path(journal).unlink(missing_ok=True)
         self.real.close()
         return True
 

@@ -42,6 +42,9 @@ READY_TIMEOUT_S = 120.0
 HEAD_TIMEOUT_S = 90.0
 #: Real seconds to let a graceful ``shutdown`` of an actor finish.
 SHUTDOWN_TIMEOUT_S = 20.0
+#: How often Ray restarts the global manager after its process dies (-1: always). It
+#: recovers its job table from its journal, so a restart loses nothing recorded.
+GLOBAL_MAX_RESTARTS = -1
 
 
 # --------------------------------------------------------------------------- Ray
@@ -266,6 +269,15 @@ def default_log_path() -> Path:
     return path
 
 
+def journal_path(epoch: float) -> Path:
+    """The global manager's journal for the deployment whose model time 0 is ``epoch``
+    (real s): ``<COALLOC_HOME>/runtime/gm-<epoch in ms>.json``, a fresh name per ``up``
+    (the directory is created 0700). The global manager runs on the node ``up`` ran on."""
+    d = coalloc_home() / "runtime"
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return d / f"gm-{int(epoch * 1000)}.json"
+
+
 def deploy(
     config: RuntimeConfig,
     nodes_spec: str | None = None,
@@ -368,13 +380,14 @@ def deploy(
             "actors": [GLOBAL_NAME, *created],
             "epoch": base.epoch,
             "transport_security": "insecure" if config.insecure else "curve",
+            "gm_journal": str(journal_path(base.epoch)),
         }
         say("starting the global manager")
         gm: Any = (
             ray.remote(GlobalManagerActor)
             .options(
                 name=GLOBAL_NAME, scheduling_strategy=pinned(here), max_concurrency=16,
-                **common,
+                max_restarts=GLOBAL_MAX_RESTARTS, max_task_retries=0, **common,
             )
             .remote([(p.node, p.ray_node_id, p.emulated) for p in placements], config, base,
                     info)
