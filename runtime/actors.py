@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,11 @@ def _node_id() -> str:
     return str(ray.get_runtime_context().get_node_id())
 
 
+def _port_of(endpoint: str) -> int:
+    """The TCP port of a ZeroMQ endpoint ``tcp://host:port``."""
+    return int(endpoint.rsplit(":", 1)[1])
+
+
 def _node_ip() -> str:
     import ray.util
 
@@ -75,10 +81,20 @@ class ControllerActor:
         node_budgets: dict[str, float],
         log_path: str | None,
         curve: ServerCurve | None = None,
+        checkpoint: str | None = None,
     ) -> None:
-        """``curve``: the runtime's CURVE keys (None: plaintext sockets, ``--insecure``)."""
+        """``curve``: the runtime's CURVE keys (None: plaintext sockets, ``--insecure``);
+        ``checkpoint``: its restart file. Built again by Ray after a crash, it rebinds the
+        ports recorded there, drops reports applied before the crash and tracks the
+        running jobs again (asks the global manager)."""
         from runtime.metrics import RayControllerMetrics
 
+        ckpt = Path(checkpoint) if checkpoint else None
+        recorded: dict[str, Any] = {}
+        if ckpt is not None and ckpt.exists():
+            recorded = ControllerService.read_checkpoint(ckpt)
+        report_port = int(recorded.get("report_port") or config.report_port or 0)
+        command_port = int(recorded.get("command_port") or config.command_port or 0)
         self.config = config
         self.real = make_real_clock(config.ntp_servers)
         self.clock = ModelClock(self.real, base)
@@ -87,8 +103,8 @@ class ControllerActor:
 
         host = _node_ip()
         self.auth = NodeAuthenticator(curve) if curve is not None else None
-        self.receiver = ReportReceiver(host, config.report_port or None, auth=self.auth)
-        self.publisher = CommandPublisher(host, config.command_port or None, auth=self.auth)
+        self.receiver = ReportReceiver(host, report_port or None, auth=self.auth)
+        self.publisher = CommandPublisher(host, command_port or None, auth=self.auth)
         self.service = ControllerService(
             config,
             self.clock,
@@ -97,11 +113,49 @@ class ControllerActor:
             self.publisher,
             Path(log_path) if log_path else None,
             RayControllerMetrics(),
+            ckpt,
+            {
+                "report_port": _port_of(self.receiver.endpoint),
+                "command_port": _port_of(self.publisher.endpoint),
+            },
         )
+        self.service.write_checkpoint()  # the ports, before any local manager connects
+        self.resumed = 0
         self._thread = threading.Thread(
             target=self.service.run, name="coalloc-controller", daemon=True
         )
         self._thread.start()
+        if self.service.recovered:
+            threading.Thread(
+                target=self._resync_loop, name="coalloc-controller-resync", daemon=True
+            ).start()
+
+    def _resync_loop(self) -> None:
+        """After a restart: every :data:`RECONCILE_S`, track again the running jobs the
+        global manager lists and mark the subtasks it knows ended (their done reports
+        went to the dead process). Ends when the controller stops."""
+        import ray
+
+        gm: Any = None
+        while self._thread.is_alive():
+            try:
+                if gm is None:
+                    gm = ray.get_actor(GLOBAL_NAME, namespace=NAMESPACE)
+                jobs = ray.get(gm.controller_jobs.remote(), timeout=CALL_TIMEOUT_S)
+                for j in jobs:
+                    ended = {int(i): float(t) for i, t in j["ended"].items()}
+                    if self.service.resume_job(
+                        j["job_id"], QosClass(j["qos"]), float(j["arrival"]),
+                        [tuple(s) for s in j["subtasks"]], j["overall_deviation"],
+                        j["asynchrony"], ended,
+                    ):
+                        self.resumed += 1
+                    else:
+                        for i, t in ended.items():
+                            self.service.subtask_ended(j["job_id"], i, t)
+            except Exception as exc:  # noqa: BLE001 - the global manager may be restarting
+                log.info("controller resync: %s", type(exc).__name__)
+            time.sleep(RECONCILE_S)
 
     def ready(self) -> dict[str, Any]:
         return {
@@ -111,6 +165,8 @@ class ControllerActor:
             "command_endpoint": self.publisher.endpoint,
             "running": self._thread.is_alive(),
             "secure": self.auth is not None,
+            "recovered": self.service.recovered,
+            "resumed": self.resumed,
         }
 
     def register_node(self, node: str, incarnation: int) -> None:
@@ -144,9 +200,12 @@ class ControllerActor:
         return st
 
     def shutdown(self) -> bool:
+        """``down``: stop, close the sockets, remove the checkpoint (nothing to resume)."""
         self.service.stop()
         self._thread.join(timeout=5.0)
         self.service.close()
+        if self.service.checkpoint is not None:
+            self.service.checkpoint.unlink(missing_ok=True)
         self.receiver.close()
         self.publisher.close()
         if self.auth is not None:
@@ -386,6 +445,10 @@ class GlobalManagerActor:
 
     def job_states(self, job_ids: list[str] | None = None) -> dict[str, str]:
         return self.service.job_states(job_ids)
+
+    def controller_jobs(self) -> list[dict[str, Any]]:
+        """What a restarted controller tracks again (see ``GlobalService``)."""
+        return self.service.controller_jobs()
 
     def status(self, job_id: str | None = None) -> dict[str, Any]:
         """Jobs, subtasks, nodes, virtual clocks, phase differences and counters."""

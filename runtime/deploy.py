@@ -45,6 +45,8 @@ SHUTDOWN_TIMEOUT_S = 20.0
 #: How often Ray restarts the global manager after its process dies (-1: always). It
 #: recovers its job table from its journal, so a restart loses nothing recorded.
 GLOBAL_MAX_RESTARTS = -1
+#: How often Ray restarts the controller (-1: always); it rebinds its recorded ports.
+CONTROLLER_MAX_RESTARTS = -1
 
 
 # --------------------------------------------------------------------------- Ray
@@ -269,13 +271,14 @@ def default_log_path() -> Path:
     return path
 
 
-def journal_path(epoch: float) -> Path:
-    """The global manager's journal for the deployment whose model time 0 is ``epoch``
-    (real s): ``<COALLOC_HOME>/runtime/gm-<epoch in ms>.json``, a fresh name per ``up``
-    (the directory is created 0700). The global manager runs on the node ``up`` ran on."""
+def runtime_file(kind: str, epoch: float) -> Path:
+    """A restart file of the deployment whose model time 0 is ``epoch`` (real s):
+    ``<COALLOC_HOME>/runtime/<kind>-<epoch in ms>.json`` (``gm``: the global manager's
+    journal, ``ctl``: the controller's checkpoint), a fresh name per ``up`` (the
+    directory is created 0700). Both actors run on the node ``up`` ran on."""
     d = coalloc_home() / "runtime"
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return d / f"gm-{int(epoch * 1000)}.json"
+    return d / f"{kind}-{int(epoch * 1000)}.json"
 
 
 def deploy(
@@ -338,9 +341,10 @@ def deploy(
             ray.remote(ControllerActor)
             .options(
                 name=CONTROLLER_NAME, scheduling_strategy=pinned(here), max_concurrency=8,
-                **common,
+                max_restarts=CONTROLLER_MAX_RESTARTS, max_task_retries=0, **common,
             )
-            .remote(config, base, budgets, log, server_curve)
+            .remote(config, base, budgets, log, server_curve,
+                    str(runtime_file("ctl", base.epoch)))
         )
         created.append(CONTROLLER_NAME)
         ctl: dict[str, Any] = ray.get(controller.ready.remote(), timeout=READY_TIMEOUT_S)
@@ -380,7 +384,7 @@ def deploy(
             "actors": [GLOBAL_NAME, *created],
             "epoch": base.epoch,
             "transport_security": "insecure" if config.insecure else "curve",
-            "gm_journal": str(journal_path(base.epoch)),
+            "gm_journal": str(runtime_file("gm", base.epoch)),
         }
         say("starting the global manager")
         gm: Any = (

@@ -96,6 +96,8 @@ class JobInfo:
     subtasks: list[dict[str, Any]] = field(default_factory=list)
     finished_at: float | None = None
     outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
+    overall_deviation: float | None = None  # model s, as in the job's spec
+    asynchrony: float | None = None  # model s, as in the job's spec
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +126,8 @@ class JobInfo:
             "subtasks": self.subtasks,
             "finished_at": self.finished_at,
             "outcomes": {str(i): o for i, o in self.outcomes.items()},
+            "overall_deviation": self.overall_deviation,
+            "asynchrony": self.asynchrony,
         }
 
     @staticmethod
@@ -139,6 +143,8 @@ class JobInfo:
             subtasks=[dict(s) for s in d["subtasks"]],
             finished_at=None if d["finished_at"] is None else float(d["finished_at"]),
             outcomes={int(i): dict(o) for i, o in d["outcomes"].items()},
+            overall_deviation=d.get("overall_deviation"),
+            asynchrony=d.get("asynchrony"),
         )
 
 
@@ -216,6 +222,28 @@ class GlobalService:
                         out.setdefault(s["node"], []).append((info.job_id, s["index"]))
             return out
 
+    def controller_jobs(self) -> list[dict[str, Any]]:
+        """The running grid QoS jobs (strict, loose) as a restarted controller tracks
+        them again: ``job_id``, ``qos``, ``arrival`` (start boundary, model s),
+        ``subtasks`` ((index, node, expected rate in Mcycles/s)), ``overall_deviation``,
+        ``asynchrony`` and ``ended`` (index -> model s it ended, as far as known)."""
+        grid = (QosClass.STRICT.value, QosClass.LOOSE.value)
+        with self._lock:
+            return [
+                {
+                    "job_id": info.job_id,
+                    "qos": info.qos,
+                    "arrival": info.start_at,
+                    "subtasks": [(s["index"], s["node"], s["expected_rate"])
+                                 for s in info.subtasks],
+                    "overall_deviation": info.overall_deviation,
+                    "asynchrony": info.asynchrony,
+                    "ended": {i: o["finish_time"] for i, o in info.outcomes.items()},
+                }
+                for info in self.jobs.values()
+                if info.state is JobState.RUNNING and info.qos in grid
+            ]
+
     def reconcile(self, node: str, seen: list[dict[str, Any]]) -> int:
         """Apply what node ``node``'s local manager says about its subtasks (its status
         ``subtasks`` list): an ended subtask the job table still has running is taken as
@@ -276,6 +304,8 @@ class GlobalService:
                         }
                         for s in adm.subtasks
                     ],
+                    overall_deviation=spec.overall_deviation,
+                    asynchrony=spec.asynchrony,
                 )
                 self.jobs[adm.job_id] = info
                 out.append(

@@ -137,3 +137,41 @@ def test_the_global_manager_restarts_and_recovers_its_job_table(
     assert all(n["committed"] == pytest.approx(0.0, abs=1e-9) for n in nodes)
     code, out, err = run_cli(capsys, "status", "--address", deployment.address)
     assert code == 0 and a in out, err
+
+
+def test_the_controller_restarts_on_its_ports_and_tracks_running_jobs_again(
+    deployment: Any, capsys: Any
+) -> None:
+    import coalloc
+    from runtime.config import CONTROLLER_NAME
+
+    client = coalloc.connect(deployment.address)
+    before = ready_of(CONTROLLER_NAME)
+    assert before is not None
+    job = client.submit(strict_job("ctl-a", 40.0))
+    # Wait until the controller tracks the job (it has started and reports arrive).
+    wait_for(lambda: status(capsys, deployment.address, job)["jobs"][0].get(
+        "phase_difference") is not None)
+
+    old = kill9(CONTROLLER_NAME)
+    info = restarted(CONTROLLER_NAME, old)
+    assert info["recovered"] is True
+    # The same endpoints: the local managers reconnect by themselves.
+    assert (info["report_endpoint"], info["command_endpoint"]) == (
+        before["report_endpoint"], before["command_endpoint"])
+    # The job is tracked again (from the global manager) and reports are applied again.
+    wait_for(lambda: (ready_of(CONTROLLER_NAME) or {}).get("resumed", 0) >= 1)
+    # (its counters started again at 0: applied reports are the new process's)
+    st = wait_for(lambda: (s := status(capsys, deployment.address))["counters"][
+        "controller"].get("reports_applied", 0) > 0 and s)
+    assert st["controller"]["running"] is True and st["controller"]["error"] is None
+    assert client.wait(job, timeout=120)["state"] == "completed"
+    # The controller closes the job (its summary is appended to the same phase log).
+    log = Path(st["phase_log"])
+    wait_for(lambda: any(
+        r.get("job") == job and r["type"] == "summary"
+        for r in map(json.loads, log.read_text().splitlines())))
+    recs = [json.loads(x) for x in log.read_text().splitlines()]
+    assert any(r["type"] == "summary" and r["job"] != job for r in recs)  # kept, not truncated
+    code, out, err = run_cli(capsys, "status", "--address", deployment.address)
+    assert code == 0 and job in out, err
