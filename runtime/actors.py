@@ -17,6 +17,7 @@ that status calls are answered while the loops run.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -229,13 +230,36 @@ class LocalManagerActor:
         command_endpoint: str,
         output_dir: str | None,
         curve: ClientCurve | None = None,
+        checkpoint: str | None = None,
     ) -> None:
-        """``curve``: this node's CURVE keys (None: plaintext, ``--insecure``)."""
-        from local_manager.process_executor import reap_stale_subtasks
+        """``curve``: this node's CURVE keys (None: plaintext, ``--insecure``);
+        ``checkpoint``: the file on this node its subtask state is written to every
+        boundary. Built again by Ray after a crash (max_restarts) it restores that state:
+        synthetic subtasks resume, running process subtasks are re-attached (their
+        processes are kept; other orphans of this node are reaped), with a new
+        incarnation."""
+        from local_manager.executor_records import ExecutorRecord
+        from local_manager.process_executor import ProcessExecutor, reap_stale_subtasks
         from runtime.metrics import RayNodeMetrics
 
-        # Subtask processes of a local manager that was SIGKILLed (ray.kill) are orphans.
-        self.reaped = len(reap_stale_subtasks())
+        ckpt = Path(checkpoint) if checkpoint else None
+        saved: dict[str, Any] | None = None
+        if ckpt is not None:
+            ckpt.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                saved = json.loads(ckpt.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                saved = None
+            except (OSError, ValueError) as exc:
+                log.warning("%s: unreadable checkpoint (%s); starting empty", ckpt, exc)
+        keep = [
+            str(d["executor"]["tag"])
+            for d in (saved or {}).get("subtasks", [])
+            if isinstance(d.get("executor"), dict) and d["executor"].get("tag")
+        ]
+        # Subtask processes of a local manager that was SIGKILLed (ray.kill) are orphans;
+        # those the checkpoint names are adopted below instead.
+        self.reaped = len(reap_stale_subtasks(keep_tags=keep))
         self.node = node
         self.config = config
         self.real = make_real_clock(config.ntp_servers)
@@ -253,7 +277,21 @@ class LocalManagerActor:
             self.subscriber,
             self._ended,
             output_dir=Path(output_dir) if output_dir else None,
+            checkpoint=ckpt,
         )
+        self.restored = 0
+        if saved is not None:
+
+            def attach(record: dict[str, Any]) -> Any:
+                return ProcessExecutor.attach(
+                    ExecutorRecord.from_dict(record, str(ckpt)), speed_mhz=node.speed_mhz,
+                    grace_s=1.0,
+                )
+
+            try:
+                self.restored = self.runtime.restore(saved, attach)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("%s: cannot restore (%s); starting empty", ckpt, exc)
         self.metrics = RayNodeMetrics(node.name)
         self._thread = threading.Thread(
             target=self.runtime.run, name=f"coalloc-lm-{node.name}", daemon=True
@@ -279,6 +317,7 @@ class LocalManagerActor:
             "incarnation": self.runtime.incarnation,
             "running": self._thread.is_alive(),
             "reaped_stale": self.reaped,
+            "restored": self.restored,
         }
 
     def place(self, subtasks: list[Subtask], start: float) -> int:
@@ -305,6 +344,8 @@ class LocalManagerActor:
         """Stop the loop, kill every subtask process, close the sockets."""
         self.runtime.stop()
         self._thread.join(timeout=15.0)
+        if self.runtime.checkpoint is not None:  # down: nothing is left to resume
+            self.runtime.checkpoint.unlink(missing_ok=True)
         self.sender.close()
         self.subscriber.close()
         self.real.close()

@@ -47,6 +47,8 @@ SHUTDOWN_TIMEOUT_S = 20.0
 GLOBAL_MAX_RESTARTS = -1
 #: How often Ray restarts the controller (-1: always); it rebinds its recorded ports.
 CONTROLLER_MAX_RESTARTS = -1
+#: How often Ray restarts a local manager; it resumes its node from its checkpoint.
+LOCAL_MANAGER_MAX_RESTARTS = 20
 
 
 # --------------------------------------------------------------------------- Ray
@@ -357,11 +359,12 @@ def deploy(
                 lm_class
                 .options(
                     name=name, scheduling_strategy=pinned(p.ray_node_id), max_concurrency=8,
-                    **common,
+                    max_restarts=LOCAL_MANAGER_MAX_RESTARTS, max_task_retries=0, **common,
                 )
                 .remote(
                     p.node, config, base, ctl["report_endpoint"], ctl["command_endpoint"],
                     output_dir, node_curves.get(p.node.name),
+                    str(runtime_file(f"lm-{p.node.name}", base.epoch)),
                 )
             )
             created.append(name)

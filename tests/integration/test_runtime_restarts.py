@@ -175,3 +175,59 @@ def test_the_controller_restarts_on_its_ports_and_tracks_running_jobs_again(
     assert any(r["type"] == "summary" and r["job"] != job for r in recs)  # kept, not truncated
     code, out, err = run_cli(capsys, "status", "--address", deployment.address)
     assert code == 0 and job in out, err
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in (b"Z", b"X")
+
+
+#: A command that runs for 12 real s whatever CPU share it is given.
+SPIN_12_S = ["python3", "-c", "import time\nt = time.time()\nwhile time.time() - t < 12: pass"]
+
+
+def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
+    deployment: Any, capsys: Any
+) -> None:
+    import coalloc
+    from runtime.config import local_manager_name
+
+    client = coalloc.connect(deployment.address)
+    job = client.submit(
+        {"name": "lm-a", "qos": "strict", "overall_deviation": 100, "asynchrony": 50,
+         "subtasks": [{"work": 5, "command": SPIN_12_S}, {"work": 30}]}
+    )
+
+    def running_process() -> Any:
+        subs = status(capsys, deployment.address, job)["jobs"][0]["subtasks"]
+        proc = subs[0]
+        return proc if proc.get("pid") and proc.get("state") == "running" else None
+
+    proc = wait_for(running_process)
+    pid, node = int(proc["pid"]), proc["node"]
+    name = local_manager_name(node)
+    before = ready_of(name)
+    assert before is not None
+    # Let it checkpoint a few boundaries with the subtask running, then kill -9.
+    time.sleep(1.0)
+    old = kill9(name)
+    info = restarted(name, old)
+    assert info["restored"] >= 1 and info["incarnation"] != before["incarnation"]
+    assert _pid_alive(pid)  # re-attached, not killed, not started again
+    sub = wait_for(lambda: (s := running_process()) and s)
+    assert int(sub["pid"]) == pid
+
+    final = client.wait(job, timeout=120)
+    assert final["state"] == "completed", final
+    assert all(s["state"] == "finished" for s in final["subtasks"])
+    assert not _pid_alive(pid)
+    st = status(capsys, deployment.address)
+    assert all(n["ready"] for n in st["nodes"])
+    (n,) = [n for n in st["nodes"] if n["name"] == node]
+    assert n["incarnation"] == info["incarnation"]
+    code, out, err = run_cli(capsys, "status", "--address", deployment.address, job)
+    assert code == 0 and "completed" in out, err
