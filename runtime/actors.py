@@ -509,8 +509,15 @@ class GlobalManagerActor:
             ctl = ray.get(ctl_ref, timeout=STATUS_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001
             ctl = {"error": f"unreachable: {type(exc).__name__}", "jobs": {}, "counters": {}}
-        return assemble_status(desc, lm_status, ctl, self.placements, self.config, self.info,
-                               job_id)
+        st = assemble_status(desc, lm_status, ctl, self.placements, self.config, self.info,
+                             job_id)
+        st["global_manager"] = {
+            "pid": os.getpid(),
+            "recovered": self.service.recovered,
+            "reconciled": self.reconciled,
+            "journal": self.info.get("gm_journal"),
+        }
+        return st
 
     def shutdown(self) -> bool:
         """``down``: stop and remove the journal (nothing is left to recover)."""
