@@ -69,6 +69,23 @@ def _node_ip() -> str:
     return str(ray.util.get_node_ip_address())
 
 
+def _checkpointed_tags(ckpt: Path) -> set[str]:
+    """Tags of the process subtasks named by this deployment's local-manager checkpoints
+    on this machine: ``ckpt`` and its siblings ``lm-*-<same epoch>.json``."""
+    epoch = ckpt.name.rsplit("-", 1)[-1]
+    tags: set[str] = set()
+    for path in ckpt.parent.glob(f"lm-*-{epoch}"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            for d in data.get("subtasks", []):
+                rec = d.get("executor")
+                if isinstance(rec, dict) and rec.get("tag"):
+                    tags.add(str(rec["tag"]))
+        except (OSError, ValueError, AttributeError, TypeError):
+            continue
+    return tags
+
+
 # ----------------------------------------------------------------------- controller
 
 
@@ -252,13 +269,11 @@ class LocalManagerActor:
                 saved = None
             except (OSError, ValueError) as exc:
                 log.warning("%s: unreadable checkpoint (%s); starting empty", ckpt, exc)
-        keep = [
-            str(d["executor"]["tag"])
-            for d in (saved or {}).get("subtasks", [])
-            if isinstance(d.get("executor"), dict) and d["executor"].get("tag")
-        ]
         # Subtask processes of a local manager that was SIGKILLed (ray.kill) are orphans;
-        # those the checkpoint names are adopted below instead.
+        # those a checkpoint names are adopted instead: by this manager below, or by
+        # another node's manager on this machine (emulated nodes, several raylets on one
+        # host) when Ray restarts it.
+        keep = _checkpointed_tags(ckpt) if ckpt is not None else set()
         self.reaped = len(reap_stale_subtasks(keep_tags=keep))
         self.node = node
         self.config = config

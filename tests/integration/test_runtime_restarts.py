@@ -80,8 +80,9 @@ def restarted(name: str, old_pid: int) -> dict[str, Any]:
     return wait_for(lambda: (r := ready_of(name)) is not None and r["pid"] != old_pid and r)
 
 
-def strict_job(name: str, work: float = 30.0) -> dict[str, Any]:
-    """Two synthetic subtasks (work in Gcycles): about 12 real s at the time scale."""
+def strict_job(name: str, work: float = 1000.0) -> dict[str, Any]:
+    """Two synthetic subtasks (work in Gcycles); the default runs for about 15 real s on
+    the fixture's idle nodes (work 30 takes about 2 s), long enough to span a restart."""
     return {"name": name, "qos": "strict", "overall_deviation": 60, "asynchrony": 30,
             "subtasks": [{"work": work, "weight": 1}, {"work": work, "weight": 1}]}
 
@@ -120,7 +121,8 @@ def test_the_global_manager_restarts_and_recovers_its_job_table(
     old = kill9(GLOBAL_NAME)
     # At once, through the same client (a handle from before the crash): the call is
     # retried while Ray restarts the actor, and answered from the recovered table.
-    assert client.job_states([a, b]).keys() == {a, b}
+    states = client.job_states([a, b])
+    assert states.keys() == {a, b} and states[a] == "running"
     # Notifications of subtasks that ended while it was down went nowhere; the restarted
     # global manager takes them from the local managers' views.
     info = restarted(GLOBAL_NAME, old)
@@ -150,7 +152,7 @@ def test_the_controller_restarts_on_its_ports_and_tracks_running_jobs_again(
     client = coalloc.connect(deployment.address)
     before = ready_of(CONTROLLER_NAME)
     assert before is not None
-    job = client.submit(strict_job("ctl-a", 40.0))
+    job = client.submit(strict_job("ctl-a"))
     # Wait until the controller tracks the job (it has started and reports arrive).
     wait_for(lambda: status(capsys, deployment.address, job)["jobs"][0].get(
         "phase_difference") is not None)
@@ -201,7 +203,7 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
     client = coalloc.connect(deployment.address)
     job = client.submit(
         {"name": "lm-a", "qos": "strict", "overall_deviation": 100, "asynchrony": 50,
-         "subtasks": [{"work": 5, "command": SPIN_12_S}, {"work": 30}]}
+         "subtasks": [{"work": 5, "command": SPIN_12_S}, {"work": 1000}]}
     )
 
     def running_process() -> Any:
@@ -211,17 +213,26 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
 
     proc = wait_for(running_process)
     pid, node = int(proc["pid"]), proc["node"]
-    name = local_manager_name(node)
-    before = ready_of(name)
-    assert before is not None
-    # Let it checkpoint a few boundaries with the subtask running, then kill -9.
+    # Let them checkpoint a few boundaries, then kill -9 both managers of the gang: the
+    # process subtask's and the synthetic sibling's.
+    synthetic = wait_for(lambda: (s := status(capsys, deployment.address, job)["jobs"][0][
+        "subtasks"][1]).get("done_work", 0) > 0 and s)
     time.sleep(1.0)
-    old = kill9(name)
-    info = restarted(name, old)
-    assert info["restored"] >= 1 and info["incarnation"] != before["incarnation"]
+    names = {local_manager_name(node): node, local_manager_name(synthetic["node"]): None}
+    before = {name: ready_of(name) for name in names}
+    done_before = status(capsys, deployment.address, job)["jobs"][0]["subtasks"][1][
+        "done_work"]
+    old = {name: kill9(name) for name in names}
+    info = {name: restarted(name, old[name]) for name in names}
+    for name in names:
+        assert info[name]["restored"] >= 1
+        assert info[name]["incarnation"] != before[name]["incarnation"]  # type: ignore[index]
     assert _pid_alive(pid)  # re-attached, not killed, not started again
     sub = wait_for(lambda: (s := running_process()) and s)
     assert int(sub["pid"]) == pid
+    # The synthetic sibling resumed from its checkpointed work, not from 0.
+    after = status(capsys, deployment.address, job)["jobs"][0]["subtasks"][1]
+    assert after["done_work"] >= 0.5 * done_before > 0
 
     final = client.wait(job, timeout=120)
     assert final["state"] == "completed", final
@@ -230,6 +241,6 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
     st = status(capsys, deployment.address)
     assert all(n["ready"] for n in st["nodes"])
     (n,) = [n for n in st["nodes"] if n["name"] == node]
-    assert n["incarnation"] == info["incarnation"]
+    assert n["incarnation"] == info[local_manager_name(node)]["incarnation"]
     code, out, err = run_cli(capsys, "status", "--address", deployment.address, job)
     assert code == 0 and "completed" in out, err
