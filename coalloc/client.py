@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,11 @@ from coalloc.errors import UserError
 
 #: Real seconds between two polls of ``wait``.
 POLL_S = 0.2
+#: Real seconds a call keeps retrying while the global manager is restarting (Ray
+#: restarts it after a crash and it recovers its job table), before one clear line.
+RESTART_WAIT_S = 20.0
+#: Real seconds between two attempts while it is restarting.
+RETRY_EVERY_S = 0.5
 
 
 class JobRejected(UserError):
@@ -46,18 +52,32 @@ class Client:
 
     # ------------------------------------------------------------------ helpers
     def _call(self, method: str, *args: Any, timeout: float = 60.0) -> Any:
+        """Call the global manager. While it is restarting (its process died and Ray
+        builds it again) the call is repeated for up to :data:`RESTART_WAIT_S`; every
+        method it is called with is idempotent (``submit`` carries a token)."""
         import ray
 
-        try:
-            return ray.get(getattr(self._gm, method).remote(*args), timeout=timeout)
-        except ray.exceptions.RayActorError:
-            raise UserError(
-                f"{self.address}: the coalloc global manager is gone; run coalloc up"
-            ) from None
-        except ray.exceptions.GetTimeoutError:
-            raise UserError(
-                f"{self.address}: the coalloc global manager did not answer within {timeout:g} s"
-            ) from None
+        deadline = time.monotonic() + RESTART_WAIT_S
+        while True:
+            try:
+                return ray.get(getattr(self._gm, method).remote(*args), timeout=timeout)
+            except ray.exceptions.RayActorError as exc:
+                if time.monotonic() >= deadline:
+                    what = (
+                        "did not come back"
+                        if isinstance(exc, ray.exceptions.ActorUnavailableError)
+                        else "is gone"
+                    )
+                    raise UserError(
+                        f"{self.address}: the coalloc global manager {what} "
+                        f"(retried {RESTART_WAIT_S:g} s); run coalloc status, or coalloc up"
+                    ) from None
+                time.sleep(RETRY_EVERY_S)
+            except ray.exceptions.GetTimeoutError:
+                raise UserError(
+                    f"{self.address}: the coalloc global manager did not answer within "
+                    f"{timeout:g} s"
+                ) from None
 
     def deployment(self) -> dict[str, Any]:
         """Endpoints, phase-log path, actor names, node names and time scale."""
@@ -103,7 +123,7 @@ class Client:
         """Submit every job of ``spec`` in one batch (they start at the same cycle
         boundary); one answer per job: ``job_id``, ``name``, ``admitted``, ``reason``,
         ``nodes``, ``start_at`` (model s)."""
-        return list(self._call("submit", self.specs(spec)))
+        return list(self._call("submit", self.specs(spec), uuid.uuid4().hex))
 
     def submit(self, spec: Any) -> str:
         """Submit one job; return its id. Raises :class:`JobRejected` if not admitted."""
@@ -113,7 +133,7 @@ class Client:
                 f"{spec if isinstance(spec, (str, Path)) else '<input>'}: holds {len(jobs)} "
                 "jobs; use submit_all for several"
             )
-        (answer,) = self._call("submit", jobs)
+        (answer,) = self._call("submit", jobs, uuid.uuid4().hex)
         if not answer["admitted"]:
             raise JobRejected(answer["job_id"], answer["reason"])
         return str(answer["job_id"])

@@ -196,6 +196,22 @@ class ControllerCore:
                 self._close(job)
         return True
 
+    def subtask_ended(self, job_id: str, index: int, t: float) -> bool:
+        """Mark subtask ``index`` of ``job_id`` done at real time ``t`` (s) without a
+        report: it ended while its done report was lost (a restarted controller learns it
+        from the global manager). Closes the job when it was the last; False for an
+        unknown job or subtask."""
+        job = self.jobs.get(job_id)
+        if job is None or not 0 <= index < len(job.subtasks):
+            return False
+        st = job.subtasks[index]
+        if not st.done:
+            st.done = True
+            job.tracker.finished(t)
+            if job.tracker.completed:
+                self._close(job)
+        return True
+
     def cancel(self, job_id: str) -> None:
         job = self.jobs.pop(job_id, None)
         if job is not None:

@@ -18,6 +18,7 @@ import math
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from coallocator.controller import initial_rate_cap
 from global_manager.admission import (
@@ -249,6 +250,74 @@ class GlobalManagerCore:
 
     def committed_view(self) -> Mapping[str, float]:
         return dict(self.committed)
+
+    # ------------------------------------------------------------ persistence
+    def snapshot(self) -> dict[str, Any]:
+        """The core's mutable state as JSON-able data (job ids, RNG state, committed and
+        load rates in Mcycles/s, and per job its QoS, subtasks and running set), for a
+        restarted global manager to :meth:`restore`. Job specs are reduced to name and
+        QoS: a restored job is only ever finished or cancelled, never re-placed."""
+        version, internal, gauss = self.rng.getstate()
+        return {
+            "next_id": self._next_id,
+            "rng": [version, list(internal), gauss],
+            "committed": dict(self.committed),
+            "load": dict(self.load),
+            "jobs": [
+                {
+                    "job_id": j.job_id,
+                    "name": j.spec.name,
+                    "qos": j.spec.qos.value,
+                    "arrival": j.arrival,
+                    "running": sorted(j.running),
+                    "cancelled": j.cancelled,
+                    "subtasks": [_subtask_to_dict(s) for s in j.subtasks],
+                }
+                for j in self.jobs.values()
+            ],
+        }
+
+    def restore(self, snap: Mapping[str, Any]) -> None:
+        """Replace the mutable state with a :meth:`snapshot` of a core over the same
+        nodes and policy (ValueError naming the field if it does not fit)."""
+        unknown = set(snap["committed"]) ^ set(self.nodes)
+        if unknown:
+            raise ValueError(f"committed: nodes {sorted(unknown)} do not match this core's")
+        version, internal, gauss = snap["rng"]
+        self.rng.setstate((int(version), tuple(int(x) for x in internal), gauss))
+        self._next_id = int(snap["next_id"])
+        self.committed = {n: float(snap["committed"][n]) for n in self.nodes}
+        self.load = {n: float(snap["load"][n]) for n in self.nodes}
+        self.jobs = {}
+        for j in snap["jobs"]:
+            qos = QosClass(j["qos"])
+            self.jobs[j["job_id"]] = JobRecord(
+                JobSpec(name=str(j["name"]), qos=qos, job_id=str(j["job_id"])),
+                str(j["job_id"]),
+                float(j["arrival"]),
+                tuple(_subtask_from_dict(s) for s in j["subtasks"]),
+                {int(i) for i in j["running"]},
+                bool(j["cancelled"]),
+            )
+
+
+def _subtask_to_dict(s: Subtask) -> dict[str, Any]:
+    """A placed subtask as JSON-able data (enums as values, tuples as lists)."""
+    d = {f: getattr(s, f) for f in Subtask.__dataclass_fields__}
+    d["qos"] = s.qos.value
+    d["demand"] = {f: getattr(s.demand, f) for f in Demand.__dataclass_fields__}
+    d["command"] = list(s.command) if s.command is not None else None
+    return d
+
+
+def _subtask_from_dict(d: Mapping[str, Any]) -> Subtask:
+    """The inverse of :func:`_subtask_to_dict`."""
+    fields = dict(d)
+    fields["qos"] = QosClass(fields["qos"])
+    fields["demand"] = Demand(**fields["demand"])
+    if fields.get("command") is not None:
+        fields["command"] = tuple(fields["command"])
+    return Subtask(**fields)
 
 
 def _check_split_totals(spec: JobSpec) -> str:

@@ -293,6 +293,16 @@ class LocalScheduler:
         s.rate_cap = rate_cap
         return True
 
+    def restore_clock(self, key: tuple[str, int], virtual_time: float, real_time: float) -> None:
+        """Set a subtask's virtual clock to ``virtual_time`` as of real time ``real_time``
+        (s): a restarted local manager resumes it from its checkpoint (KeyError if absent)."""
+        entry = self._find(key)
+        if entry is None:
+            raise KeyError(key)
+        entry.clock.virtual_time = float(virtual_time)
+        entry.clock.previous_real_time = float(real_time)
+        self._last = None
+
     def subtasks(self) -> list[Subtask]:
         """The subtasks on the node: running ones in placement order, then waiting ones."""
         out = [e.subtask for e in self._entries.values()]

@@ -17,9 +17,11 @@ that status calls are answered while the loops run.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +47,9 @@ log = logging.getLogger("coalloc.runtime")
 STATUS_TIMEOUT_S = 5.0
 #: Real seconds the global manager waits for a controller or local-manager call.
 CALL_TIMEOUT_S = 30.0
+#: Real seconds between two reconciliations of the global manager's job table with the
+#: local managers' views (finished-subtask notifications lost while it was down).
+RECONCILE_S = 5.0
 
 
 def _node_id() -> str:
@@ -53,10 +58,32 @@ def _node_id() -> str:
     return str(ray.get_runtime_context().get_node_id())
 
 
+def _port_of(endpoint: str) -> int:
+    """The TCP port of a ZeroMQ endpoint ``tcp://host:port``."""
+    return int(endpoint.rsplit(":", 1)[1])
+
+
 def _node_ip() -> str:
     import ray.util
 
     return str(ray.util.get_node_ip_address())
+
+
+def _checkpointed_tags(ckpt: Path) -> set[str]:
+    """Tags of the process subtasks named by this deployment's local-manager checkpoints
+    on this machine: ``ckpt`` and its siblings ``lm-*-<same epoch>.json``."""
+    epoch = ckpt.name.rsplit("-", 1)[-1]
+    tags: set[str] = set()
+    for path in ckpt.parent.glob(f"lm-*-{epoch}"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            for d in data.get("subtasks", []):
+                rec = d.get("executor")
+                if isinstance(rec, dict) and rec.get("tag"):
+                    tags.add(str(rec["tag"]))
+        except (OSError, ValueError, AttributeError, TypeError):
+            continue
+    return tags
 
 
 # ----------------------------------------------------------------------- controller
@@ -72,10 +99,20 @@ class ControllerActor:
         node_budgets: dict[str, float],
         log_path: str | None,
         curve: ServerCurve | None = None,
+        checkpoint: str | None = None,
     ) -> None:
-        """``curve``: the runtime's CURVE keys (None: plaintext sockets, ``--insecure``)."""
+        """``curve``: the runtime's CURVE keys (None: plaintext sockets, ``--insecure``);
+        ``checkpoint``: its restart file. Built again by Ray after a crash, it rebinds the
+        ports recorded there, drops reports applied before the crash and tracks the
+        running jobs again (asks the global manager)."""
         from runtime.metrics import RayControllerMetrics
 
+        ckpt = Path(checkpoint) if checkpoint else None
+        recorded: dict[str, Any] = {}
+        if ckpt is not None and ckpt.exists():
+            recorded = ControllerService.read_checkpoint(ckpt)
+        report_port = int(recorded.get("report_port") or config.report_port or 0)
+        command_port = int(recorded.get("command_port") or config.command_port or 0)
         self.config = config
         self.real = make_real_clock(config.ntp_servers)
         self.clock = ModelClock(self.real, base)
@@ -84,8 +121,8 @@ class ControllerActor:
 
         host = _node_ip()
         self.auth = NodeAuthenticator(curve) if curve is not None else None
-        self.receiver = ReportReceiver(host, config.report_port or None, auth=self.auth)
-        self.publisher = CommandPublisher(host, config.command_port or None, auth=self.auth)
+        self.receiver = ReportReceiver(host, report_port or None, auth=self.auth)
+        self.publisher = CommandPublisher(host, command_port or None, auth=self.auth)
         self.service = ControllerService(
             config,
             self.clock,
@@ -94,11 +131,49 @@ class ControllerActor:
             self.publisher,
             Path(log_path) if log_path else None,
             RayControllerMetrics(),
+            ckpt,
+            {
+                "report_port": _port_of(self.receiver.endpoint),
+                "command_port": _port_of(self.publisher.endpoint),
+            },
         )
+        self.service.write_checkpoint()  # the ports, before any local manager connects
+        self.resumed = 0
         self._thread = threading.Thread(
             target=self.service.run, name="coalloc-controller", daemon=True
         )
         self._thread.start()
+        if self.service.recovered:
+            threading.Thread(
+                target=self._resync_loop, name="coalloc-controller-resync", daemon=True
+            ).start()
+
+    def _resync_loop(self) -> None:
+        """After a restart: every :data:`RECONCILE_S`, track again the running jobs the
+        global manager lists and mark the subtasks it knows ended (their done reports
+        went to the dead process). Ends when the controller stops."""
+        import ray
+
+        gm: Any = None
+        while self._thread.is_alive():
+            try:
+                if gm is None:
+                    gm = ray.get_actor(GLOBAL_NAME, namespace=NAMESPACE)
+                jobs = ray.get(gm.controller_jobs.remote(), timeout=CALL_TIMEOUT_S)
+                for j in jobs:
+                    ended = {int(i): float(t) for i, t in j["ended"].items()}
+                    if self.service.resume_job(
+                        j["job_id"], QosClass(j["qos"]), float(j["arrival"]),
+                        [tuple(s) for s in j["subtasks"]], j["overall_deviation"],
+                        j["asynchrony"], ended,
+                    ):
+                        self.resumed += 1
+                    else:
+                        for i, t in ended.items():
+                            self.service.subtask_ended(j["job_id"], i, t)
+            except Exception as exc:  # noqa: BLE001 - the global manager may be restarting
+                log.info("controller resync: %s", type(exc).__name__)
+            time.sleep(RECONCILE_S)
 
     def ready(self) -> dict[str, Any]:
         return {
@@ -108,6 +183,8 @@ class ControllerActor:
             "command_endpoint": self.publisher.endpoint,
             "running": self._thread.is_alive(),
             "secure": self.auth is not None,
+            "recovered": self.service.recovered,
+            "resumed": self.resumed,
         }
 
     def register_node(self, node: str, incarnation: int) -> None:
@@ -141,9 +218,12 @@ class ControllerActor:
         return st
 
     def shutdown(self) -> bool:
+        """``down``: stop, close the sockets, remove the checkpoint (nothing to resume)."""
         self.service.stop()
         self._thread.join(timeout=5.0)
         self.service.close()
+        if self.service.checkpoint is not None:
+            self.service.checkpoint.unlink(missing_ok=True)
         self.receiver.close()
         self.publisher.close()
         if self.auth is not None:
@@ -167,13 +247,34 @@ class LocalManagerActor:
         command_endpoint: str,
         output_dir: str | None,
         curve: ClientCurve | None = None,
+        checkpoint: str | None = None,
     ) -> None:
-        """``curve``: this node's CURVE keys (None: plaintext, ``--insecure``)."""
-        from local_manager.process_executor import reap_stale_subtasks
+        """``curve``: this node's CURVE keys (None: plaintext, ``--insecure``);
+        ``checkpoint``: the file on this node its subtask state is written to every
+        boundary. Built again by Ray after a crash (max_restarts) it restores that state:
+        synthetic subtasks resume, running process subtasks are re-attached (their
+        processes are kept; other orphans of this node are reaped), with a new
+        incarnation."""
+        from local_manager.executor_records import ExecutorRecord
+        from local_manager.process_executor import ProcessExecutor, reap_stale_subtasks
         from runtime.metrics import RayNodeMetrics
 
-        # Subtask processes of a local manager that was SIGKILLed (ray.kill) are orphans.
-        self.reaped = len(reap_stale_subtasks())
+        ckpt = Path(checkpoint) if checkpoint else None
+        saved: dict[str, Any] | None = None
+        if ckpt is not None:
+            ckpt.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                saved = json.loads(ckpt.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                saved = None
+            except (OSError, ValueError) as exc:
+                log.warning("%s: unreadable checkpoint (%s); starting empty", ckpt, exc)
+        # Subtask processes of a local manager that was SIGKILLed (ray.kill) are orphans;
+        # those a checkpoint names are adopted instead: by this manager below, or by
+        # another node's manager on this machine (emulated nodes, several raylets on one
+        # host) when Ray restarts it.
+        keep = _checkpointed_tags(ckpt) if ckpt is not None else set()
+        self.reaped = len(reap_stale_subtasks(keep_tags=keep))
         self.node = node
         self.config = config
         self.real = make_real_clock(config.ntp_servers)
@@ -191,7 +292,21 @@ class LocalManagerActor:
             self.subscriber,
             self._ended,
             output_dir=Path(output_dir) if output_dir else None,
+            checkpoint=ckpt,
         )
+        self.restored = 0
+        if saved is not None:
+
+            def attach(record: dict[str, Any]) -> Any:
+                return ProcessExecutor.attach(
+                    ExecutorRecord.from_dict(record, str(ckpt)), speed_mhz=node.speed_mhz,
+                    grace_s=1.0,
+                )
+
+            try:
+                self.restored = self.runtime.restore(saved, attach)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("%s: cannot restore (%s); starting empty", ckpt, exc)
         self.metrics = RayNodeMetrics(node.name)
         self._thread = threading.Thread(
             target=self.runtime.run, name=f"coalloc-lm-{node.name}", daemon=True
@@ -217,6 +332,7 @@ class LocalManagerActor:
             "incarnation": self.runtime.incarnation,
             "running": self._thread.is_alive(),
             "reaped_stale": self.reaped,
+            "restored": self.restored,
         }
 
     def place(self, subtasks: list[Subtask], start: float) -> int:
@@ -243,6 +359,8 @@ class LocalManagerActor:
         """Stop the loop, kill every subtask process, close the sockets."""
         self.runtime.stop()
         self._thread.join(timeout=15.0)
+        if self.runtime.checkpoint is not None:  # down: nothing is left to resume
+            self.runtime.checkpoint.unlink(missing_ok=True)
         self.sender.close()
         self.subscriber.close()
         self.real.close()
@@ -315,15 +433,48 @@ class GlobalManagerActor:
             node.name: ray.get_actor(local_manager_name(node.name), namespace=NAMESPACE)
             for node, _, _ in placements
         }
+        journal = self.info.get("gm_journal")
+        # Built by Ray again after a crash (max_restarts): the journal is then recovered.
         self.service = GlobalService(
             [node for node, _, _ in placements],
             config,
             self.clock,
             _RayDispatch(self.controller, self.local_managers),
+            Path(journal) if journal else None,
         )
+        self.reconciled = 0
+        self._stop = threading.Event()
+        self._reconciler = threading.Thread(
+            target=self._reconcile_loop, name="coalloc-gm-reconcile", daemon=True
+        )
+        self._reconciler.start()
+
+    def _reconcile_loop(self) -> None:
+        """Every :data:`RECONCILE_S` (at once after a recovery), take the ended subtasks
+        the local managers show as the notifications this actor missed."""
+        import ray
+
+        wait = 0.0 if self.service.recovered else RECONCILE_S
+        while not self._stop.wait(wait):
+            wait = RECONCILE_S
+            for node, _ in self.service.running_subtasks().items():
+                lm = self.local_managers.get(node)
+                if lm is None:
+                    continue
+                try:
+                    st = ray.get(lm.status.remote(), timeout=STATUS_TIMEOUT_S)
+                    self.reconciled += self.service.reconcile(node, st.get("subtasks", []))
+                except Exception as exc:  # noqa: BLE001 - that node is asked again later
+                    log.info("reconcile with %s: %s", node, type(exc).__name__)
 
     def ready(self) -> dict[str, Any]:
-        return {"ray_node_id": _node_id(), "pid": os.getpid(), "nodes": len(self.placements)}
+        return {
+            "ray_node_id": _node_id(),
+            "pid": os.getpid(),
+            "nodes": len(self.placements),
+            "recovered": self.service.recovered,
+            "reconciled": self.reconciled,
+        }
 
     def deployment(self) -> dict[str, Any]:
         """What clients need: endpoints, log path, actor names, nodes and configuration."""
@@ -335,8 +486,9 @@ class GlobalManagerActor:
             cycle=self.config.cycle,
         )
 
-    def submit(self, specs: list[JobSpec]) -> list[dict[str, Any]]:
-        return self.service.submit(list(specs))
+    def submit(self, specs: list[JobSpec], token: str | None = None) -> list[dict[str, Any]]:
+        """``token``: the client's id of this submission (a retry is answered once)."""
+        return self.service.submit(list(specs), token)
 
     def subtask_ended(self, outcome: SubtaskOutcome) -> None:
         self.service.subtask_ended(outcome)
@@ -349,6 +501,10 @@ class GlobalManagerActor:
 
     def job_states(self, job_ids: list[str] | None = None) -> dict[str, str]:
         return self.service.job_states(job_ids)
+
+    def controller_jobs(self) -> list[dict[str, Any]]:
+        """What a restarted controller tracks again (see ``GlobalService``)."""
+        return self.service.controller_jobs()
 
     def status(self, job_id: str | None = None) -> dict[str, Any]:
         """Jobs, subtasks, nodes, virtual clocks, phase differences and counters."""
@@ -368,10 +524,22 @@ class GlobalManagerActor:
             ctl = ray.get(ctl_ref, timeout=STATUS_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001
             ctl = {"error": f"unreachable: {type(exc).__name__}", "jobs": {}, "counters": {}}
-        return assemble_status(desc, lm_status, ctl, self.placements, self.config, self.info,
-                               job_id)
+        st = assemble_status(desc, lm_status, ctl, self.placements, self.config, self.info,
+                             job_id)
+        st["global_manager"] = {
+            "pid": os.getpid(),
+            "recovered": self.service.recovered,
+            "reconciled": self.reconciled,
+            "journal": self.info.get("gm_journal"),
+        }
+        return st
 
     def shutdown(self) -> bool:
+        """``down``: stop and remove the journal (nothing is left to recover)."""
+        self._stop.set()
+        journal = self.info.get("gm_journal")
+        if journal:
+            Path(journal).unlink(missing_ok=True)
         self.real.close()
         return True
 

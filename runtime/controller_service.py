@@ -18,6 +18,17 @@ The controller's view. A report is also checked against what the controller know
 it is applied: its ``node`` must be the node its subtask was placed on (else it is
 dropped as ``wrong_node``), and its ``incarnation`` must be that node's current one (else
 ``old_incarnation``), by :class:`Incarnations`' rule.
+
+Restart. Given a ``checkpoint`` path, the service writes there after every control period
+(atomically, :mod:`workloads.atomic`) the highest report ``seq`` it has applied per
+(node, incarnation), each node's current incarnation and whatever the caller adds
+(the actor's bound ports). A service built over an existing checkpoint (a controller Ray
+restarted) drops every report whose seq is at or below the recorded one for its
+(node, incarnation), counted ``replayed``: a report is applied at most once into the
+state that survives a restart. Jobs come back through :meth:`resume_job` (the actor asks
+the global manager); their virtual clocks come back with the next reports (a report
+carries its subtask's absolute T_V). Phase statistics of a resumed job restart at its
+resumption; the phase log is appended to.
 """
 
 from __future__ import annotations
@@ -33,7 +44,11 @@ from coallocator.messages import ProgressReport, ReweightCommand
 from coallocator.phase_log import PeriodRecord, PhaseLogWriter, SummaryRecord
 from runtime.config import RuntimeConfig
 from runtime.timebase import ModelClock, boundary_index
+from workloads.atomic import atomic_write_json
 from workloads.model import QosClass
+
+#: Version of the controller checkpoint's layout.
+CHECKPOINT_VERSION = 1
 
 #: Missed control periods run one by one when the loop is late; beyond that it jumps.
 MAX_CATCH_UP = 100
@@ -150,7 +165,11 @@ class ControllerService:
         commands: CommandSink,
         log_path: Path | None,
         metrics: Metrics | None = None,
+        checkpoint: Path | None = None,
+        checkpoint_extra: Mapping[str, Any] | None = None,
     ) -> None:
+        """``checkpoint``: the restart file (None: none; see the module docstring);
+        ``checkpoint_extra``: JSON-able data written with it (the bound ports)."""
         self.config = config
         self.clock = clock
         self.reports = reports
@@ -177,6 +196,7 @@ class ControllerService:
             "reports_unknown_job": 0,
             "reports_wrong_node": 0,
             "reports_old_incarnation": 0,
+            "reports_replayed": 0,
             "periods": 0,
             "late_periods": 0,
             "skipped_periods": 0,
@@ -185,6 +205,87 @@ class ControllerService:
         }
         self._dropped_seen: dict[str, int] = {}
         self.incarnations = Incarnations()
+        self.checkpoint = checkpoint
+        self.checkpoint_extra = dict(checkpoint_extra or {})
+        #: (node, incarnation) -> highest seq applied (written to the checkpoint).
+        self._applied: dict[tuple[str, int], int] = {}
+        #: (node, incarnation) -> seq at or below which reports were applied before a
+        #: restart (read from the checkpoint).
+        self._floor: dict[tuple[str, int], int] = {}
+        self.recovered = False
+        if checkpoint is not None and checkpoint.exists():
+            self._recover(checkpoint)
+
+    # ------------------------------------------------------------- restart
+    @staticmethod
+    def read_checkpoint(path: Path) -> dict[str, Any]:
+        """The checkpoint's content (ValueError naming the file if it is not one)."""
+        import json
+
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(f"{path}: version: not a controller checkpoint")
+        return data
+
+    def _recover(self, path: Path) -> None:
+        data = self.read_checkpoint(path)
+        for node, inc, seq in data.get("applied", []):
+            self._floor[(str(node), int(inc))] = int(seq)
+        self._applied = dict(self._floor)
+        for node, inc in data.get("incarnations", {}).items():
+            self.incarnations.register(str(node), int(inc))
+        self.recovered = True
+
+    def write_checkpoint(self) -> None:
+        """Write the checkpoint now (the loop does after every control period)."""
+        if self.checkpoint is None:
+            return
+        with self._lock:
+            doc = dict(
+                self.checkpoint_extra,
+                version=CHECKPOINT_VERSION,
+                applied=[[n, i, s] for (n, i), s in sorted(self._applied.items())],
+                incarnations=self.incarnations.snapshot(),
+            )
+        atomic_write_json(self.checkpoint, doc)
+
+    def resume_job(
+        self,
+        job_id: str,
+        qos: QosClass,
+        arrival: float,
+        subtasks: list[tuple[int, str, float]],
+        overall_deviation: float | None,
+        asynchrony: float | None,
+        ended: Mapping[int, float],
+    ) -> bool:
+        """Track again a job that was running before a restart; ``ended``: subtask index
+        -> real time (model s) it ended, as the global manager knows. False if tracked
+        already (nothing changes)."""
+        with self._lock:
+            if job_id in self.core.jobs or job_id in self._pending_jobs:
+                return False
+            args = (job_id, qos, arrival, subtasks, overall_deviation, asynchrony)
+            if arrival <= self.clock.now():
+                self.core.register_job(*args)
+            else:
+                self._pending_jobs[job_id] = args
+                return True
+            for index, t in sorted(ended.items()):
+                self.core.subtask_ended(job_id, index, t)
+            self._flush()
+            return True
+
+    def subtask_ended(self, job_id: str, index: int, t: float) -> None:
+        """The global manager says subtask ``index`` of ``job_id`` ended (model s ``t``)
+        though its done report was not applied here (a safety net after a restart)."""
+        with self._lock:
+            self.core.subtask_ended(job_id, index, t)
+            self._flush()
+
+    def tracked_jobs(self) -> list[str]:
+        with self._lock:
+            return list(self.core.jobs) + list(self._pending_jobs)
 
     # ------------------------------------------------------------------ the sink
     def _write(self, record: PeriodRecord | SummaryRecord) -> None:
@@ -266,6 +367,12 @@ class ControllerService:
                 if not self.incarnations.check(rep.node, rep.incarnation):
                     self.counters["reports_old_incarnation"] += 1
                     continue
+                stream = (rep.node, rep.incarnation)
+                if rep.seq <= self._floor.get(stream, -1):
+                    self.counters["reports_replayed"] += 1
+                    continue
+                if rep.seq > self._applied.get(stream, -1):
+                    self._applied[stream] = rep.seq
                 if rep.job_id in self._pending_jobs:
                     # A report after the job's start: its period has passed here.
                     self._join_pending(rep.real_time)
@@ -335,6 +442,10 @@ class ControllerService:
             elif behind >= 1:
                 self.counters["late_periods"] += 1
             self.control(k * period)
+            try:
+                self.write_checkpoint()
+            except OSError:  # a full disk must not stop the control loop
+                self.counters["checkpoint_errors"] = self.counters.get("checkpoint_errors", 0) + 1
             k += 1
 
     # ------------------------------------------------------------------ status
@@ -387,6 +498,7 @@ class ControllerService:
         dropped["old_incarnation"] = (
             dropped.get("old_incarnation", 0) + counters["reports_old_incarnation"]
         )
+        dropped["replayed"] = counters["reports_replayed"]
         secure = bool(transport.get("secure")) and bool(commands.get("secure"))
         security = {
             "mode": "curve" if secure else "insecure",
@@ -413,5 +525,6 @@ class ControllerService:
             "dropped": dropped,
             "security": security,
             "incarnations": incarnations,
+            "recovered": self.recovered,
             "jobs": jobs,
         }

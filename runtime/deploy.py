@@ -42,6 +42,13 @@ READY_TIMEOUT_S = 120.0
 HEAD_TIMEOUT_S = 90.0
 #: Real seconds to let a graceful ``shutdown`` of an actor finish.
 SHUTDOWN_TIMEOUT_S = 20.0
+#: How often Ray restarts the global manager after its process dies (-1: always). It
+#: recovers its job table from its journal, so a restart loses nothing recorded.
+GLOBAL_MAX_RESTARTS = -1
+#: How often Ray restarts the controller (-1: always); it rebinds its recorded ports.
+CONTROLLER_MAX_RESTARTS = -1
+#: How often Ray restarts a local manager; it resumes its node from its checkpoint.
+LOCAL_MANAGER_MAX_RESTARTS = 20
 
 
 # --------------------------------------------------------------------------- Ray
@@ -266,6 +273,16 @@ def default_log_path() -> Path:
     return path
 
 
+def runtime_file(kind: str, epoch: float) -> Path:
+    """A restart file of the deployment whose model time 0 is ``epoch`` (real s):
+    ``<COALLOC_HOME>/runtime/<kind>-<epoch in ms>.json`` (``gm``: the global manager's
+    journal, ``ctl``: the controller's checkpoint), a fresh name per ``up`` (the
+    directory is created 0700). Both actors run on the node ``up`` ran on."""
+    d = coalloc_home() / "runtime"
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return d / f"{kind}-{int(epoch * 1000)}.json"
+
+
 def deploy(
     config: RuntimeConfig,
     nodes_spec: str | None = None,
@@ -326,9 +343,10 @@ def deploy(
             ray.remote(ControllerActor)
             .options(
                 name=CONTROLLER_NAME, scheduling_strategy=pinned(here), max_concurrency=8,
-                **common,
+                max_restarts=CONTROLLER_MAX_RESTARTS, max_task_retries=0, **common,
             )
-            .remote(config, base, budgets, log, server_curve)
+            .remote(config, base, budgets, log, server_curve,
+                    str(runtime_file("ctl", base.epoch)))
         )
         created.append(CONTROLLER_NAME)
         ctl: dict[str, Any] = ray.get(controller.ready.remote(), timeout=READY_TIMEOUT_S)
@@ -341,11 +359,12 @@ def deploy(
                 lm_class
                 .options(
                     name=name, scheduling_strategy=pinned(p.ray_node_id), max_concurrency=8,
-                    **common,
+                    max_restarts=LOCAL_MANAGER_MAX_RESTARTS, max_task_retries=0, **common,
                 )
                 .remote(
                     p.node, config, base, ctl["report_endpoint"], ctl["command_endpoint"],
                     output_dir, node_curves.get(p.node.name),
+                    str(runtime_file(f"lm-{p.node.name}", base.epoch)),
                 )
             )
             created.append(name)
@@ -368,13 +387,14 @@ def deploy(
             "actors": [GLOBAL_NAME, *created],
             "epoch": base.epoch,
             "transport_security": "insecure" if config.insecure else "curve",
+            "gm_journal": str(runtime_file("gm", base.epoch)),
         }
         say("starting the global manager")
         gm: Any = (
             ray.remote(GlobalManagerActor)
             .options(
                 name=GLOBAL_NAME, scheduling_strategy=pinned(here), max_concurrency=16,
-                **common,
+                max_restarts=GLOBAL_MAX_RESTARTS, max_task_retries=0, **common,
             )
             .remote([(p.node, p.ray_node_id, p.emulated) for p in placements], config, base,
                     info)

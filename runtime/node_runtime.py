@@ -29,6 +29,18 @@ time measured in that cycle, ``cpu_s * time_scale * speed`` Mcycles, is ``x-bar`
 eq. (4): the subtask's own virtual clock advances by it, and its progress report carries
 that clock, not the grant. The subtask finishes when its command exits (exit status 0:
 success).
+
+Checkpoint and restart. Given a ``checkpoint`` path, every boundary ends by writing the
+node's subtask state there atomically (:mod:`workloads.atomic`): per subtask its placement
+(work done in Mcycles, weights and rate cap in Mcycles/s), its state and virtual clock,
+and for a running process subtask the executor's record
+(:meth:`~local_manager.process_executor.ProcessExecutor.checkpoint`) and its measured work;
+plus the subtasks waiting for their start boundary and the recent history. A runtime
+built by a restarted local manager calls :meth:`restore`: synthetic subtasks continue
+from their checkpointed work and clocks (the cycles the manager was dead did no work and
+are not replayed), process subtasks are re-attached without a kill. Its incarnation is a
+new one. A re-attached command's exit status cannot be read (it is no longer this
+process's child): it ends ``finished`` with the reason saying so.
 """
 
 from __future__ import annotations
@@ -52,7 +64,11 @@ from local_manager.process_executor import ExecutorState
 from local_manager.scheduler import CycleResult, LocalScheduler
 from runtime.config import ExecutorKind, RuntimeConfig
 from runtime.timebase import ModelClock, boundary_index
-from workloads.model import Node, Subtask
+from workloads.atomic import atomic_write_json
+from workloads.model import Demand, Node, QosClass, Subtask
+
+#: Version of the local manager checkpoint's layout.
+CHECKPOINT_VERSION = 1
 
 #: Boundaries stepped one by one when the loop is late; beyond that the clock jumps.
 MAX_CATCH_UP = 1000
@@ -104,7 +120,8 @@ class _ProcessRun:
     """A process subtask's executor, its own virtual clock and measured work."""
 
     __slots__ = (
-        "executor", "clock", "measured", "share", "in_cycle", "next_at", "exited", "failure"
+        "executor", "clock", "measured", "share", "in_cycle", "next_at", "exited", "failure",
+        "reattached",
     )
 
     def __init__(self, executor: Any | None, start: float) -> None:
@@ -116,6 +133,7 @@ class _ProcessRun:
         self.in_cycle = False
         self.next_at: float | None = None  # executor clock time of its next step
         self.exited = False
+        self.reattached = False  # adopted from a dead manager's checkpoint
 
 
 class _Record:
@@ -161,7 +179,9 @@ class NodeRuntime:
         output_dir: Path | None = None,
         process_factory: Callable[[tuple[str, ...], float, Path | None], Any] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        checkpoint: Path | None = None,
     ) -> None:
+        """``checkpoint``: the file each boundary's state is written to (None: none)."""
         self.node = node
         self.config = config
         self.clock = clock
@@ -200,8 +220,97 @@ class NodeRuntime:
             "commands_unknown": 0,
             "commands_other_node": 0,
         }
+        self.counters["checkpoint_errors"] = 0
+        self.counters["restored_subtasks"] = 0
         self.running = False
         self.error: str | None = None
+        self.checkpoint = checkpoint
+
+    # ----------------------------------------------------------------- checkpoint
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The node's subtask state as JSON-able data (see the module docstring)."""
+        with self._lock:
+            subtasks = []
+            for key, rec in self._records.items():
+                if rec.state not in (SubtaskState.PENDING, SubtaskState.RUNNING):
+                    continue
+                s = self.scheduler.get(key) or rec.subtask
+                d: dict[str, Any] = {
+                    "subtask": _subtask_dict(rec.subtask, s),
+                    "kind": rec.kind.value,
+                    "state": rec.state.value,
+                    "start": rec.start,
+                }
+                run = self._procs.get(key)
+                if run is not None:
+                    d["measured"] = run.measured
+                    d["virtual_time"] = run.clock.virtual_time
+                    if run.executor is not None and not run.exited:
+                        try:
+                            d["executor"] = run.executor.checkpoint().to_dict()
+                        except RuntimeError:  # it has just exited: noticed next cycle
+                            pass
+                elif self.scheduler.get(key) is not None:
+                    d["virtual_time"] = self.scheduler.virtual_time(key)
+                subtasks.append(d)
+            return {
+                "version": CHECKPOINT_VERSION,
+                "node": self.node.name,
+                "incarnation": self.incarnation,
+                "boundary": self._last_boundary,
+                "subtasks": subtasks,
+                "history": list(self._history.values())[-200:],
+            }
+
+    def write_checkpoint(self) -> None:
+        """Write :meth:`checkpoint_state` to the checkpoint file (if any), atomically."""
+        if self.checkpoint is None:
+            return
+        try:
+            atomic_write_json(self.checkpoint, self.checkpoint_state())
+        except (OSError, ValueError):
+            self.counters["checkpoint_errors"] += 1
+
+    def restore(self, data: dict[str, Any], attach: Callable[[dict[str, Any]], Any]) -> int:
+        """Take over a dead manager's subtasks from its :meth:`checkpoint_state`, before
+        :meth:`run`. ``attach(record)`` adopts a running process subtask from its executor
+        record (ProcessExecutor.attach). Returns how many subtasks were restored."""
+        if data.get("version") != CHECKPOINT_VERSION or data.get("node") != self.node.name:
+            raise ValueError("checkpoint: not this node's local manager checkpoint")
+        n = 0
+        with self._lock:
+            for h in data.get("history", []):
+                self._history[(str(h["job_id"]), int(h["index"]))] = dict(h)
+            for d in data["subtasks"]:
+                s = _subtask_from(d["subtask"])
+                kind = ExecutorKind(d["kind"])
+                rec = _Record(s, kind, float(d["start"]))
+                self._records[s.key] = rec
+                n += 1
+                if d["state"] == SubtaskState.PENDING.value:
+                    self._pending.setdefault(float(d["start"]), []).append(s)
+                    continue
+                rec.state = SubtaskState.RUNNING
+                tv = float(d.get("virtual_time", d["start"]))
+                if kind is ExecutorKind.PROCESS:
+                    self.scheduler.add(dataclasses.replace(s, work=math.inf), float(d["start"]))
+                    run = _ProcessRun(None, float(d["start"]))
+                    run.clock.virtual_time = tv
+                    run.measured = float(d.get("measured", 0.0))
+                    run.reattached = True
+                    if "executor" in d:
+                        try:
+                            run.executor = attach(d["executor"])
+                        except (OSError, ValueError, RuntimeError) as exc:
+                            run.exited, run.failure = True, f"cannot re-attach: {exc}"
+                    else:
+                        run.exited, run.failure = True, "no executor record to re-attach"
+                    self._procs[s.key] = run
+                else:
+                    self.scheduler.add(s, float(d["start"]))
+                self.scheduler.restore_clock(s.key, tv, float(data.get("boundary") or tv))
+            self.counters["restored_subtasks"] += n
+        return n
 
     # ----------------------------------------------------------------- entry points
     def submit(self, subtasks: list[Subtask], start: float) -> None:
@@ -291,6 +400,7 @@ class NodeRuntime:
             self._drain_actions(b, immediate_only=False)
             self._begin_process_cycles(b)
             self._retire_ended()
+            self.write_checkpoint()
             return result
 
     # ----------------------------------------------------------------- internals
@@ -397,6 +507,9 @@ class NodeRuntime:
         rec.exit_code, rec.finish, rec.measured = code, b, run.measured
         if code == 0 and run.failure is None:
             rec.state = SubtaskState.FINISHED
+        elif code is None and run.reattached and run.failure is None:
+            rec.state = SubtaskState.FINISHED
+            rec.reason = "re-attached after a local manager restart; exit status unknown"
         else:
             rec.state = SubtaskState.FAILED
             rec.reason = run.failure or f"command exited with status {code}"
@@ -578,6 +691,27 @@ class NodeRuntime:
                 self.scheduler.virtual_time(key) if sched_sub is not None else rec.virtual_time
             )
         return d
+
+
+def _subtask_dict(placed: Subtask, live: Subtask) -> dict[str, Any]:
+    """A subtask as JSON-able data: placement from ``placed``, the changing fields (work
+    done, weights, rate cap) from the scheduler's ``live`` copy."""
+    d = {f: getattr(placed, f) for f in Subtask.__dataclass_fields__}
+    for f in ("done_work", "weight", "virtual_weight", "rate_cap"):
+        d[f] = getattr(live, f)
+    d["qos"] = placed.qos.value
+    d["demand"] = {f: getattr(placed.demand, f) for f in Demand.__dataclass_fields__}
+    d["command"] = list(placed.command) if placed.command is not None else None
+    return d
+
+
+def _subtask_from(d: dict[str, Any]) -> Subtask:
+    fields = dict(d)
+    fields["qos"] = QosClass(fields["qos"])
+    fields["demand"] = Demand(**fields["demand"])
+    if fields.get("command") is not None:
+        fields["command"] = tuple(fields["command"])
+    return Subtask(**fields)
 
 
 def _default_process_factory(argv: tuple[str, ...], speed_mhz: float, output: Path | None) -> Any:

@@ -1,0 +1,246 @@
+"""The live runtime survives the death of its own actors: ``kill -9`` of an actor's
+process mid-job on the session Ray cluster (real actors, sockets and clocks), then the
+job runs to its end with nothing lost and ``status`` works.
+
+One deployment (``coalloc up --address`` of the session fixture) serves the tests of this
+file; it is taken down at the end. No timing assertions: every wait polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coalloc import cli
+
+pytestmark = pytest.mark.ray
+
+TIME_SCALE = 100.0
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def status(capsys: pytest.CaptureFixture[str], address: str, job: str | None = None) -> Any:
+    argv = ["status", "--json", "--address", address] + ([job] if job else [])
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0 and out, (code, out, err)
+    # This test process is the driver that created the actors, so Ray prints its notice
+    # of a killed worker ("(raylet) A worker died ...") on its stdout: skip to the JSON.
+    return json.loads(out[out.index("{\n"):])
+
+
+def wait_for(predicate: Any, timeout: float = 60.0, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(every)
+
+
+def actor(name: str) -> Any:
+    import ray
+
+    from runtime.config import NAMESPACE
+
+    return ray.get_actor(name, namespace=NAMESPACE)
+
+
+def ready_of(name: str) -> dict[str, Any] | None:
+    """The actor's ``ready`` answer, or None while it is dead or restarting."""
+    import ray
+
+    try:
+        return dict(ray.get(actor(name).ready.remote(), timeout=5.0))
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return None
+
+
+def kill9(name: str) -> int:
+    """SIGKILL the actor's process (as an operator's ``kill -9``); return the old pid."""
+    info = ready_of(name)
+    assert info is not None
+    os.kill(int(info["pid"]), signal.SIGKILL)
+    return int(info["pid"])
+
+
+def restarted(name: str, old_pid: int) -> dict[str, Any]:
+    return wait_for(lambda: (r := ready_of(name)) is not None and r["pid"] != old_pid and r)
+
+
+def strict_job(name: str, work: float = 1000.0) -> dict[str, Any]:
+    """Two synthetic subtasks (work in Gcycles); the default runs for about 15 real s on
+    the fixture's idle nodes (work 30 takes about 2 s), long enough to span a restart."""
+    return {"name": name, "qos": "strict", "overall_deviation": 60, "asynchrony": 30,
+            "subtasks": [{"work": work, "weight": 1}, {"work": work, "weight": 1}]}
+
+
+@pytest.fixture(scope="module")
+def deployment(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from runtime.config import GLOBAL_NAME
+    from runtime.deploy import find_actor
+
+    log = tmp_path_factory.mktemp("restarts") / "phase.jsonl"
+    code = cli.main(
+        ["up", "--address", ray_cluster.address, "--time-scale", str(TIME_SCALE),
+         "--log", str(log)]
+    )
+    assert code == 0
+    yield ray_cluster
+    if find_actor(GLOBAL_NAME) is not None:
+        cli.main(["down", "--address", ray_cluster.address])
+
+
+def test_the_global_manager_restarts_and_recovers_its_job_table(
+    deployment: Any, capsys: Any
+) -> None:
+    import coalloc
+    from runtime.config import GLOBAL_NAME
+
+    client = coalloc.connect(deployment.address)
+    before = client.submit_all([strict_job("gm-a"), strict_job("gm-b", 5.0)])
+    assert all(a["admitted"] for a in before)
+    a, b = (x["job_id"] for x in before)
+    journal = Path(client.deployment()["gm_journal"])
+    assert journal.exists() and journal.stat().st_mode & 0o077 == 0
+    committed = {n["name"]: n["committed"] for n in status(capsys, deployment.address)["nodes"]}
+    assert sum(committed.values()) > 0
+
+    old = kill9(GLOBAL_NAME)
+    # At once, through the same client (a handle from before the crash): the call is
+    # retried while Ray restarts the actor, and answered from the recovered table.
+    states = client.job_states([a, b])
+    assert states.keys() == {a, b} and states[a] == "running"
+    # Notifications of subtasks that ended while it was down went nowhere; the restarted
+    # global manager takes them from the local managers' views.
+    info = restarted(GLOBAL_NAME, old)
+    assert info["recovered"] is True
+    st = status(capsys, deployment.address)
+    assert {j["job_id"] for j in st["jobs"]} >= {a, b}
+    assert st["global_manager"]["recovered"] is True and st["global_manager"]["pid"] != old
+    # A submission right after the restart gets a fresh id (the id counter was recovered).
+    after = client.submit(strict_job("gm-c", 5.0))
+    assert after not in (a, b)
+
+    for job in (a, b, after):
+        assert client.wait(job, timeout=120)["state"] == "completed"
+    # Every budget is released: nothing committed twice or left behind.
+    nodes = status(capsys, deployment.address)["nodes"]
+    assert all(n["committed"] == pytest.approx(0.0, abs=1e-9) for n in nodes)
+    code, out, err = run_cli(capsys, "status", "--address", deployment.address)
+    assert code == 0 and a in out, err
+
+
+def test_the_controller_restarts_on_its_ports_and_tracks_running_jobs_again(
+    deployment: Any, capsys: Any
+) -> None:
+    import coalloc
+    from runtime.config import CONTROLLER_NAME
+
+    client = coalloc.connect(deployment.address)
+    before = ready_of(CONTROLLER_NAME)
+    assert before is not None
+    job = client.submit(strict_job("ctl-a"))
+    # Wait until the controller tracks the job (it has started and reports arrive).
+    wait_for(lambda: status(capsys, deployment.address, job)["jobs"][0].get(
+        "phase_difference") is not None)
+
+    old = kill9(CONTROLLER_NAME)
+    info = restarted(CONTROLLER_NAME, old)
+    assert info["recovered"] is True
+    # The same endpoints: the local managers reconnect by themselves.
+    assert (info["report_endpoint"], info["command_endpoint"]) == (
+        before["report_endpoint"], before["command_endpoint"])
+    # The job is tracked again (from the global manager) and reports are applied again.
+    wait_for(lambda: (ready_of(CONTROLLER_NAME) or {}).get("resumed", 0) >= 1)
+    # (its counters started again at 0: applied reports are the new process's)
+    st = wait_for(lambda: (s := status(capsys, deployment.address))["counters"][
+        "controller"].get("reports_applied", 0) > 0 and s)
+    assert st["controller"]["running"] is True and st["controller"]["error"] is None
+    assert client.wait(job, timeout=120)["state"] == "completed"
+    # The controller closes the job (its summary is appended to the same phase log).
+    log = Path(st["phase_log"])
+    wait_for(lambda: any(
+        r.get("job") == job and r["type"] == "summary"
+        for r in map(json.loads, log.read_text().splitlines())))
+    recs = [json.loads(x) for x in log.read_text().splitlines()]
+    assert any(r["type"] == "summary" and r["job"] != job for r in recs)  # kept, not truncated
+    code, out, err = run_cli(capsys, "status", "--address", deployment.address)
+    assert code == 0 and job in out, err
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in (b"Z", b"X")
+
+
+#: A command that runs for 12 real s whatever CPU share it is given.
+SPIN_12_S = ["python3", "-c", "import time\nt = time.time()\nwhile time.time() - t < 12: pass"]
+
+
+def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
+    deployment: Any, capsys: Any
+) -> None:
+    import coalloc
+    from runtime.config import local_manager_name
+
+    client = coalloc.connect(deployment.address)
+    job = client.submit(
+        {"name": "lm-a", "qos": "strict", "overall_deviation": 100, "asynchrony": 50,
+         "subtasks": [{"work": 5, "command": SPIN_12_S}, {"work": 1000}]}
+    )
+
+    def running_process() -> Any:
+        subs = status(capsys, deployment.address, job)["jobs"][0]["subtasks"]
+        proc = subs[0]
+        return proc if proc.get("pid") and proc.get("state") == "running" else None
+
+    proc = wait_for(running_process)
+    pid, node = int(proc["pid"]), proc["node"]
+    # Let them checkpoint a few boundaries, then kill -9 both managers of the gang: the
+    # process subtask's and the synthetic sibling's.
+    synthetic = wait_for(lambda: (s := status(capsys, deployment.address, job)["jobs"][0][
+        "subtasks"][1]).get("done_work", 0) > 0 and s)
+    time.sleep(1.0)
+    names = {local_manager_name(node): node, local_manager_name(synthetic["node"]): None}
+    before = {name: ready_of(name) for name in names}
+    done_before = status(capsys, deployment.address, job)["jobs"][0]["subtasks"][1][
+        "done_work"]
+    old = {name: kill9(name) for name in names}
+    info = {name: restarted(name, old[name]) for name in names}
+    for name in names:
+        assert info[name]["restored"] >= 1
+        assert info[name]["incarnation"] != before[name]["incarnation"]  # type: ignore[index]
+    assert _pid_alive(pid)  # re-attached, not killed, not started again
+    sub = wait_for(lambda: (s := running_process()) and s)
+    assert int(sub["pid"]) == pid
+    # The synthetic sibling resumed from its checkpointed work, not from 0.
+    after = status(capsys, deployment.address, job)["jobs"][0]["subtasks"][1]
+    assert after["done_work"] >= 0.5 * done_before > 0
+
+    final = client.wait(job, timeout=120)
+    assert final["state"] == "completed", final
+    assert all(s["state"] == "finished" for s in final["subtasks"])
+    assert not _pid_alive(pid)
+    st = status(capsys, deployment.address)
+    assert all(n["ready"] for n in st["nodes"])
+    (n,) = [n for n in st["nodes"] if n["name"] == node]
+    assert n["incarnation"] == info[local_manager_name(node)]["incarnation"]
+    code, out, err = run_cli(capsys, "status", "--address", deployment.address, job)
+    assert code == 0 and "completed" in out, err
