@@ -40,6 +40,11 @@ def test_measured_offset_matches_configured(responder: NtpResponder) -> None:
     assert status.offset_s == pytest.approx(7.25, abs=TOLERANCE_S)
     assert status.server == responder.address and status.stratum == 2
     assert disciplined_offset(clock) == pytest.approx(7.25, abs=TOLERANCE_S)
+    # The responder counts a reply after sendto returns, which may be after the client
+    # has it: wait (bounded) for the count rather than race it.
+    deadline = time.monotonic() + 5.0
+    while responder.served < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert responder.served == 1
 
 
