@@ -334,6 +334,15 @@ class LocalScheduler:
         """Subtasks on the node, running or waiting."""
         return len(self._entries) + self.waiting
 
+    def skip_to(self, real_time: float) -> None:
+        """Move every running subtask's clocks to ``real_time`` (s) without CPU: the node
+        did not run its subtasks in between (its manager was stalled), so no work is
+        booked and each virtual clock stays where it was (eq. 4 with ``x-bar = 0``)."""
+        for e in self._entries.values():
+            if not e.subtask.finished and real_time > e.clock.previous_real_time:
+                e.clock.advance(real_time, 1.0, 0.0)
+        self._last = None
+
     # ---------------------------------------------------------------------- cycle
     def step(self, real_time: float, cycle: float) -> CycleResult:
         """Run one scheduling cycle of ``cycle`` seconds ending at ``real_time`` (s).

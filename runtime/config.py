@@ -87,6 +87,10 @@ class RuntimeConfig:
     work_conserving: bool = _SIM_DEFAULTS.work_conserving
     log_every: int = _SIM_DEFAULTS.log_every
     control_lag: float = 0.5
+    #: A local manager whose loop finds itself more than this many boundaries late was
+    #: stalled (SIGSTOP, a frozen VM): it resynchronises to the current boundary instead of
+    #: replaying the missed cycles with the weights of the moment.
+    stall_cycles: int = 10
     start_margin_s: float = 0.3
     report_port: int = 0
     command_port: int = 0
@@ -108,6 +112,8 @@ class RuntimeConfig:
             raise ValueError(f"control_every: must be an integer >= 1, got {self.control_every!r}")
         if not isinstance(self.log_every, int) or self.log_every < 1:
             raise ValueError(f"log_every: must be an integer >= 1, got {self.log_every!r}")
+        if not isinstance(self.stall_cycles, int) or self.stall_cycles < 1:
+            raise ValueError(f"stall_cycles: must be an integer >= 1, got {self.stall_cycles!r}")
         if not 0 <= self.control_lag < 1:
             raise ValueError(f"control_lag: must be within [0, 1) cycles, got {self.control_lag!r}")
         if not math.isfinite(self.start_margin_s) or self.start_margin_s < 0:

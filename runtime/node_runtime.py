@@ -13,7 +13,10 @@ every node) the loop
 2. closes the cycle of every process subtask (CPU measured from ``/proc``);
 3. steps the scheduler: ``LocalScheduler.step(b, q)`` (a boundary missed because the
    process was late is still stepped, once per missed boundary, so the model outcome of a
-   synthetic run does not depend on lateness);
+   synthetic run does not depend on lateness; but a loop more than ``stall_cycles``
+   boundaries late was stalled, and :meth:`NodeRuntime.resync` moves it to the boundary
+   before the current one without booking work, so that the current weights are not
+   replayed over the missed span);
 4. sends one progress report per QoS subtask and tells the owner about finished subtasks;
 5. starts the subtasks submitted for boundary ``b`` (a submission that arrives after its
    boundary starts at the next one and is counted in ``late_starts``);
@@ -213,6 +216,7 @@ class NodeRuntime:
             "cycles": 0,
             "late_cycles": 0,
             "skipped_cycles": 0,
+            "stalls": 0,
             "late_starts": 0,
             "reports_sent": 0,
             "reports_dropped": 0,
@@ -368,11 +372,11 @@ class NodeRuntime:
                     break
                 now = self.clock.now()
                 behind = boundary_index(now, self.q) - k
-                if behind > MAX_CATCH_UP:
-                    # Far too late (the process was suspended): jump, and say so.
-                    self.counters["skipped_cycles"] += behind
+                if behind > min(MAX_CATCH_UP, self.config.stall_cycles):
+                    # Far too late (the process was suspended): resynchronise, say so.
                     k += behind
                     b = k * self.q
+                    self.resync(b - self.q, behind)
                 elif behind >= 1:
                     self.counters["late_cycles"] += 1
                 self.tick(b)
@@ -384,6 +388,18 @@ class NodeRuntime:
             self.running = False
             with self._lock:
                 self._close_all()
+
+    def resync(self, b: float, missed: int) -> None:
+        """After a stall of ``missed`` boundaries, move the node to boundary ``b`` (model
+        s) without booking work for the span: synthetic subtasks did not run (their
+        virtual clocks stay, so they fall behind and the controller sees it), process
+        subtasks report what they measured at the next boundary. Counted in ``stalls``
+        and ``skipped_cycles``."""
+        with self._lock:
+            self.counters["stalls"] += 1
+            self.counters["skipped_cycles"] += missed
+            self.scheduler.skip_to(b)
+            self._last_boundary = b
 
     def tick(self, b: float) -> CycleResult | None:
         """Everything that happens at boundary ``b`` (model s); see the module docstring."""

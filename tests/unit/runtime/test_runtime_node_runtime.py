@@ -262,3 +262,33 @@ def test_node_and_controller_loops_follow_the_model_time_grid() -> None:
     assert ctl.counters["reports_applied"] >= 1
     (sub,) = snap["subtasks"]
     assert sub["state"] == "running" and sub["start_time"] >= start + 20 * Q - 1e-6
+
+
+def test_a_stalled_manager_resynchronises_instead_of_replaying_the_missed_cycles() -> None:
+    # A synthetic strict subtask runs two cycles, then the manager is stalled for 20
+    # cycles (SIGSTOP); meanwhile the controller raised its weight. After the stall it
+    # must not book 20 cycles of work at the new weight: the missed span does no work,
+    # its virtual clock stays (it falls behind by the stall), and the next cycle is
+    # stepped at the controller's current weights.
+    node = Node("n0", 400.0)
+    rt, sink, cmds, _ = make(node)
+    rt.submit([subtask("j1", rate=100.0, work=1e7)], start=0.0)
+    rt.tick(0.0)
+    rt.tick(Q)
+    rt.tick(2 * Q)
+    done_before = rt.scheduler.get(("j1", 0)).done_work  # type: ignore[union-attr]
+    tv_before = sink.reports[-1].virtual_time
+    per_cycle = sink.reports[-1].granted_work
+    cmds.items.append(ReweightCommand("j1", 0, "n0", 1, 300.0, 0.0))
+    rt.resync(22 * Q, missed=20)
+    assert rt.counters["stalls"] == 1 and rt.counters["skipped_cycles"] == 20
+    assert rt.scheduler.get(("j1", 0)).done_work == done_before  # type: ignore[union-attr]
+    rt.tick(23 * Q)
+    rep = sink.reports[-1]
+    assert rep.real_time == 23 * Q
+    # one cycle's work, not 21 (the node is idle: one core, whatever the weight)
+    assert rep.granted_work == pytest.approx(per_cycle)
+    # the clock moved by one cycle's progress only: it is 20 cycles behind where it was
+    assert rep.virtual_time == pytest.approx(tv_before + Q * per_cycle / rep.expected_work)
+    assert tv_before > 2 * Q and rep.virtual_time < rep.real_time  # ahead before, behind now
+    assert rt.scheduler.get(("j1", 0)).weight == 300.0  # type: ignore[union-attr]
