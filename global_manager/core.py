@@ -18,6 +18,7 @@ import math
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 
 from coallocator.controller import initial_rate_cap
 from global_manager.admission import (
@@ -29,19 +30,54 @@ from global_manager.admission import (
     place,
     placement_policies,
 )
+from global_manager.flow_placement import (
+    FlowPlacementReply,
+    FlowPlacementRequest,
+    NodeState,
+    PendingJob,
+    PendingReason,
+    PendingSubtask,
+    ReasonKind,
+    UserShare,
+)
+from global_manager.flow_placement import place_pending as flow_place_pending
 from global_manager.policies import Policy
 from workloads.model import Demand, JobSpec, Node, QosClass, Subtask
+
+
+class QueueMode(str, Enum):
+    """What happens to a strict job that does not fit at once: ``reject`` it (the
+    paper's behaviour) or keep it ``pending`` until a placement cycle places it."""
+
+    REJECT = "reject"
+    WAIT = "wait"
+
+
+class JobState(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    REJECTED = "rejected"
 
 
 @dataclass(frozen=True, slots=True)
 class GlobalConfig:
     """``rate_per_weight``: Mcycles/s per unit of relative weight (``u_t`` default);
-    ``qos_share``: the QoS queue's CPU fraction, which admission budgets are built on."""
+    ``qos_share``: the QoS queue's CPU fraction, which admission budgets are built on;
+    ``queue``: :class:`QueueMode` (a string is accepted)."""
 
     rate_per_weight: float = 25.0
     qos_share: float = 0.5
+    queue: QueueMode = QueueMode.REJECT
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "queue", QueueMode(self.queue))
+        except ValueError:
+            known = ", ".join(m.value for m in QueueMode)
+            raise ValueError(f"queue: must be one of {known}, got {self.queue!r}") from None
         if not math.isfinite(self.rate_per_weight) or self.rate_per_weight <= 0:
             raise ValueError("rate_per_weight: must be a finite number > 0 (Mcycles/s per weight)")
         if not 0 < self.qos_share <= 1:
@@ -56,6 +92,20 @@ class Admission:
     admitted: bool
     reason: str
     subtasks: tuple[Subtask, ...] = ()
+    #: Kept in the pending queue (``queue: wait``) rather than placed or rejected.
+    pending: bool = False
+    #: One reason per constraint the job fails (rejected or pending jobs).
+    reasons: tuple[PendingReason, ...] = ()
+    #: When the job was placed (s), for admitted jobs.
+    placed_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCycle:
+    """What one :meth:`GlobalManagerCore.place_pending` cycle did."""
+
+    placed: tuple[Admission, ...]
+    expired: tuple[Admission, ...]
 
 
 @dataclass(slots=True)
@@ -66,6 +116,18 @@ class JobRecord:
     subtasks: tuple[Subtask, ...]
     running: set[int]
     cancelled: bool = False
+
+
+@dataclass(slots=True)
+class PendingRecord:
+    """A strict job in the pending queue; ``arrival``: when it was submitted (s);
+    ``reasons``: from the last cycle (``None``: worked out when asked)."""
+
+    spec: JobSpec
+    job_id: str
+    arrival: float
+    seq: int
+    reasons: tuple[PendingReason, ...] | None = None
 
 
 class GlobalManagerCore:
@@ -93,7 +155,14 @@ class GlobalManagerCore:
         self.committed: dict[str, float] = {n: 0.0 for n in self.nodes}
         self.load: dict[str, float] = {n: 0.0 for n in self.nodes}
         self.jobs: dict[str, JobRecord] = {}
+        self.pending: dict[str, PendingRecord] = {}
+        #: Jobs that ended without running to completion: rejected, expired, or
+        #: cancelled while pending.
+        self.closed: dict[str, JobState] = {}
+        #: Strict expected rate each user's running jobs hold (Mcycles/s).
+        self.user_held: dict[str, float] = {}
         self._next_id = 0
+        self._seq = 0
 
     # ------------------------------------------------------------------ queries
     def budget(self, node: str) -> float:
@@ -117,11 +186,25 @@ class GlobalManagerCore:
         self._next_id += 1
         return f"j{self._next_id:05d}"
 
+    def _known(self, job_id: str) -> bool:
+        return job_id in self.jobs or job_id in self.pending or job_id in self.closed
+
     def submit(self, spec: JobSpec, now: float) -> Admission:
-        """Admit and place ``spec`` at time ``now`` (s), all or nothing."""
+        """Admit and place ``spec`` at time ``now`` (s), all or nothing.
+
+        With ``queue: wait`` a strict job is not placed here: it joins the pending queue
+        (``Admission.pending``) and :meth:`place_pending` places it; a job that could not
+        be placed even on an empty grid is still rejected at once, with its reasons.
+        """
         job_id = spec.job_id or self.new_job_id()
-        if job_id in self.jobs:
+        if self._known(job_id):
             return Admission(job_id, False, f"job id {job_id!r} is already in use")
+        adm = self._submit(job_id, spec, now)
+        if not adm.admitted and not adm.pending:
+            self.closed[job_id] = JobState.REJECTED
+        return adm
+
+    def _submit(self, job_id: str, spec: JobSpec, now: float) -> Admission:
         n = spec.n_subtasks
         if n <= 0:
             return Admission(job_id, False, "job has no subtasks")
@@ -135,31 +218,113 @@ class GlobalManagerCore:
             works = [spec.subtasks[0].work]
             weights = [spec.subtasks[0].weight]
             rates = self._rates(spec, works, weights)
-            reply = PlacementReply((spec.node,))
-        elif n > len(self.nodes):
+            return self._start(job_id, spec, now, works, weights, rates, (spec.node,))
+        if n > len(self.nodes):
             return Admission(job_id, False, f"{n} subtasks but only {len(self.nodes)} nodes")
-        else:
-            checked = spec.qos is QosClass.STRICT
-            if spec.subtasks:
-                works = [s.work for s in spec.subtasks]
-                weights = [s.weight for s in spec.subtasks]
-                rates = self._rates(spec, works, weights)
+        if not spec.subtasks:
+            bad = _check_split_totals(spec)
+            if bad:
+                return Admission(job_id, False, bad)
+        strict = spec.qos is QosClass.STRICT
+        waits = strict and self.config.queue is QueueMode.WAIT
+        if waits or any(spec.labels_of(i) for i in range(n)):
+            never = self._never_placeable(job_id, spec)
+            if never:
+                msg = "; ".join(r.message for r in never)
+                return Admission(job_id, False, msg, reasons=never)
+        if waits:
+            self._seq += 1
+            self.pending[job_id] = PendingRecord(spec, job_id, now, self._seq)
+            return Admission(
+                job_id, False, "pending: waits for the next placement cycle", pending=True
+            )
+        if strict and self._uses_flow():
+            reply = self._flow_reply(now, [self._pending_job(job_id, spec, now)], fair=False)
+            if job_id not in reply.placements:
+                why = reply.pending.get(job_id, ())
+                return Admission(job_id, False, "; ".join(r.message for r in why), reasons=why)
+            works, weights, rates = self._shape(spec)
+            return self._start(job_id, spec, now, works, weights, rates,
+                               reply.placements[job_id])
+        placed = self._try_place(job_id, spec)
+        if isinstance(placed, str):
+            return Admission(job_id, False, placed)
+        works, weights, rates, nodes = placed
+        return self._start(job_id, spec, now, works, weights, rates, nodes)
+
+    def _try_place(
+        self, job_id: str, spec: JobSpec
+    ) -> str | tuple[list[float], list[float], list[float], tuple[str, ...]]:
+        """Greedy placement by the policy's ranking: the shape and nodes, or the reason."""
+        checked = spec.qos is QosClass.STRICT
+        if spec.subtasks:
+            works, weights, rates = self._shape(spec)
+            labels = [s.labels for s in spec.subtasks]
+            if any(labels):
+                reply = self._place_labelled(rates, labels, checked)
+            else:
                 reply = place(
                     PlacementRequest(job_id, tuple(rates), checked, self._loads()),
                     self.placement,
                     self.rng,
                 )
-            else:
-                bad = _check_split_totals(spec)
-                if bad:
-                    return Admission(job_id, False, bad)
-                works, weights, rates, reply = self._split(job_id, spec, checked)
+        else:
+            works, weights, rates, reply = self._split(job_id, spec, checked)
         if not reply.admitted or reply.nodes is None:
-            return Admission(job_id, False, reply.reason)
+            return reply.reason
+        return works, weights, rates, reply.nodes
 
+    def _shape(self, spec: JobSpec) -> tuple[list[float], list[float], list[float]]:
+        """Works, relative weights and expected rates of a job's subtasks. A job given by
+        ``parallelism`` is split evenly here (the flow solver and the reasons use this;
+        greedy placement splits it on the nodes it picks, see :meth:`_split`)."""
+        if spec.subtasks:
+            works = [s.work for s in spec.subtasks]
+            weights = [s.weight for s in spec.subtasks]
+        else:
+            n = int(spec.parallelism or 0)
+            total_weight = float(spec.total_weight if spec.total_weight is not None else n)
+            weights = [total_weight / n] * n
+            works = [float(spec.total_work or 0.0) / n] * n
+        return works, weights, self._rates(spec, works, weights)
+
+    def _place_labelled(
+        self, rates: list[float], labels: list[frozenset[str]], checked: bool
+    ) -> PlacementReply:
+        """As :func:`place`, skipping nodes that lack a subtask's labels."""
+        ranked = self.placement.rank(self._loads(), checked, self.rng)
+        used: set[str] = set()
+        chosen: list[str] = [""] * len(rates)
+        for i in sorted(range(len(rates)), key=lambda i: (-rates[i], i)):
+            for nl in ranked:
+                if nl.name in used or not labels[i] <= self.nodes[nl.name].labels:
+                    continue
+                if checked and rates[i] > nl.free + 1e-9:
+                    continue
+                chosen[i] = nl.name
+                used.add(nl.name)
+                break
+            else:
+                return PlacementReply(
+                    None,
+                    f"no free node with labels {', '.join(sorted(labels[i])) or '(none)'} can "
+                    f"take subtask {i} (expected rate {rates[i]:.6g} Mcycles/s)",
+                )
+        return PlacementReply(tuple(chosen))
+
+    def _start(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        now: float,
+        works: list[float],
+        weights: list[float],
+        rates: list[float],
+        nodes: tuple[str, ...],
+    ) -> Admission:
         subtasks = []
         strict = spec.qos is QosClass.STRICT
-        for i, node in enumerate(reply.nodes):
+        for i, node in enumerate(nodes):
             src = spec.subtasks[i] if spec.subtasks else None
             subtasks.append(
                 Subtask(
@@ -178,19 +343,155 @@ class GlobalManagerCore:
                         self.policy.controller_config,
                         self.policy.controller,
                         strict,
-                        len(reply.nodes),
+                        len(nodes),
                         rates[i],
                     ),
                 )
             )
         for s in subtasks:
-            if spec.qos is QosClass.STRICT:
+            if strict:
                 self.committed[s.node] += s.expected_rate
+                self.user_held[spec.user] = self.user_held.get(spec.user, 0.0) + s.expected_rate
             self.load[s.node] += s.expected_rate
         self.jobs[job_id] = JobRecord(
             spec, job_id, now, tuple(subtasks), {s.index for s in subtasks}
         )
-        return Admission(job_id, True, "", tuple(subtasks))
+        return Admission(job_id, True, "", tuple(subtasks), placed_at=now)
+
+    # ------------------------------------------------------------ pending queue
+    def place_pending(self, now: float) -> QueueCycle:
+        """One placement cycle at ``now`` (s): expire the pending jobs whose ``max_wait``
+        ran out, then place what can be placed, all or nothing per job. Greedy policies
+        go through the queue in priority then submission order (a job that does not fit
+        does not hold back the ones behind it); ``placement: flow`` solves the whole
+        queue at once (:func:`global_manager.flow_placement.place_pending`)."""
+        expired: list[Admission] = []
+        for rec in list(self.pending.values()):
+            mw = rec.spec.max_wait
+            if mw is not None and now - rec.arrival >= mw:
+                del self.pending[rec.job_id]
+                self.closed[rec.job_id] = JobState.EXPIRED
+                last = "; ".join(r.message for r in self.pending_reasons_of(rec))
+                reason = f"expired: pending {now - rec.arrival:.6g} s, max_wait {mw:.6g} s"
+                expired.append(Admission(
+                    rec.job_id, False, reason + (f" ({last})" if last else ""),
+                    reasons=rec.reasons or (),
+                ))
+        placed: list[Admission] = []
+        if not self.pending:
+            return QueueCycle((), tuple(expired))
+        order = sorted(self.pending.values(), key=lambda r: (-r.spec.priority, r.arrival, r.seq))
+        if self._uses_flow():
+            jobs = [self._pending_job(r.job_id, r.spec, r.arrival) for r in order]
+            reply = self._flow_reply(now, jobs, fair=True)
+            if not reply.placements and not any(self.committed.values()):
+                # Liveness: fair-share bounds never keep an idle grid idle.
+                reply = self._flow_reply(now, jobs, fair=False)
+            for rec in order:
+                nodes = reply.placements.get(rec.job_id)
+                if nodes is None:
+                    rec.reasons = reply.pending.get(rec.job_id, ())
+                    continue
+                del self.pending[rec.job_id]
+                works, weights, rates = self._shape(rec.spec)
+                placed.append(self._start(rec.job_id, rec.spec, now, works, weights, rates, nodes))
+        else:
+            for rec in order:
+                got = self._try_place(rec.job_id, rec.spec)
+                if isinstance(got, str):
+                    rec.reasons = None  # worked out when asked, on the budgets then
+                    continue
+                del self.pending[rec.job_id]
+                placed.append(self._start(rec.job_id, rec.spec, now, *got))
+        return QueueCycle(tuple(placed), tuple(expired))
+
+    def pending_reasons(self, job_id: str) -> tuple[PendingReason, ...]:
+        """Why the pending job ``job_id`` is not running, one reason per constraint it
+        fails (KeyError if it is not pending)."""
+        return self.pending_reasons_of(self.pending[job_id])
+
+    def pending_reasons_of(self, rec: PendingRecord) -> tuple[PendingReason, ...]:
+        if rec.reasons is None:
+            reply = self._flow_reply(
+                rec.arrival, [self._pending_job(rec.job_id, rec.spec, rec.arrival)], fair=False
+            )
+            rec.reasons = reply.pending.get(rec.job_id) or (
+                PendingReason(
+                    ReasonKind.GANG,
+                    f"{self.placement.name} placement found no distinct nodes for all its "
+                    "subtasks at the last cycle; it fits now and is tried again next cycle",
+                ),
+            )
+        return rec.reasons
+
+    def next_expiry(self) -> float | None:
+        """The earliest time (s) a pending job's ``max_wait`` runs out, if any."""
+        times = [r.arrival + r.spec.max_wait for r in self.pending.values()
+                 if r.spec.max_wait is not None]
+        return min(times) if times else None
+
+    def job_state(self, job_id: str) -> JobState:
+        if job_id in self.pending:
+            return JobState.PENDING
+        if job_id in self.closed:
+            return self.closed[job_id]
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise KeyError(job_id)
+        if job.cancelled:
+            return JobState.CANCELLED
+        return JobState.RUNNING if job.running else JobState.COMPLETED
+
+    def _uses_flow(self) -> bool:
+        return self.placement.name == "flow" and all(
+            math.isfinite(b) for b in self.node_budgets().values()
+        )
+
+    def _pending_job(self, job_id: str, spec: JobSpec, arrival: float) -> PendingJob:
+        _, _, rates = self._shape(spec)
+        subs = tuple(PendingSubtask(r, spec.labels_of(i)) for i, r in enumerate(rates))
+        return PendingJob(job_id, spec.user, subs, spec.priority, arrival)
+
+    def _node_states(self, empty: bool = False) -> tuple[NodeState, ...]:
+        out = []
+        for n in self.nodes.values():
+            b = self.budget(n.name)
+            c = 0.0 if empty else self.committed[n.name]
+            out.append(NodeState(n.name, n.cpu_rate, b - c, n.labels, c))
+        return tuple(out)
+
+    def _flow_reply(self, now: float, jobs: list[PendingJob], fair: bool) -> FlowPlacementReply:
+        users: dict[str, UserShare] = {}
+        for u, held in sorted(self.user_held.items()):
+            if held > 0:
+                users[u] = UserShare(u, held=held, bound=None if fair else math.inf)
+        for j in jobs:
+            if j.user not in users:
+                users[j.user] = UserShare(j.user, bound=None if fair else math.inf)
+        return flow_place_pending(FlowPlacementRequest(
+            now, tuple(jobs), self._node_states(), tuple(users.values()),
+            qos_share=self.config.qos_share,
+        ))
+
+    def _never_placeable(self, job_id: str, spec: JobSpec) -> tuple[PendingReason, ...]:
+        """Reasons ``spec`` could not be placed even on an empty grid (labels no node
+        carries, a subtask above every whole budget, too few eligible nodes)."""
+        if spec.qos is not QosClass.STRICT:
+            labels = [spec.labels_of(i) for i in range(spec.n_subtasks)]
+            out = [PendingReason(ReasonKind.LABELS,
+                                 f"subtask {i}: no node has the labels {', '.join(sorted(lab))}",
+                                 i)
+                   for i, lab in enumerate(labels)
+                   if not any(lab <= n.labels for n in self.nodes.values())]
+            return tuple(out)
+        if not all(math.isfinite(b) for b in self.node_budgets().values()):
+            return ()
+        reply = flow_place_pending(FlowPlacementRequest(
+            0.0, (self._pending_job(job_id, spec, 0.0),), self._node_states(empty=True),
+            (UserShare(spec.user, bound=math.inf),), qos_share=self.config.qos_share,
+            reserve_after=None,
+        ))
+        return reply.pending.get(job_id, ())
 
     def _rates(self, spec: JobSpec, works: list[float], weights: list[float]) -> list[float]:
         if spec.duration:
@@ -227,24 +528,31 @@ class GlobalManagerCore:
         if job is None or index not in job.running:
             return False
         job.running.discard(index)
-        self._release(job.subtasks[index], job.spec.qos)
+        self._release(job.subtasks[index], job.spec)
         return not job.running
 
     def cancel(self, job_id: str) -> list[Subtask]:
-        """Cancel a job; returns the subtasks that were still running."""
+        """Cancel a job; returns the subtasks that were still running (none for a job
+        still pending)."""
+        if job_id in self.pending:
+            del self.pending[job_id]
+            self.closed[job_id] = JobState.CANCELLED
+            return []
         job = self.jobs.get(job_id)
         if job is None:
             raise KeyError(job_id)
         running = [job.subtasks[i] for i in sorted(job.running)]
         for s in running:
-            self._release(s, job.spec.qos)
+            self._release(s, job.spec)
         job.running.clear()
         job.cancelled = True
         return running
 
-    def _release(self, s: Subtask, qos: QosClass) -> None:
-        if qos is QosClass.STRICT:
+    def _release(self, s: Subtask, spec: JobSpec) -> None:
+        if spec.qos is QosClass.STRICT:
             self.committed[s.node] = max(0.0, self.committed[s.node] - s.expected_rate)
+            held = self.user_held.get(spec.user, 0.0) - s.expected_rate
+            self.user_held[spec.user] = held if held > 1e-9 else 0.0
         self.load[s.node] = max(0.0, self.load[s.node] - s.expected_rate)
 
     def committed_view(self) -> Mapping[str, float]:
