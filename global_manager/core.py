@@ -163,6 +163,11 @@ class GlobalManagerCore:
         self.user_held: dict[str, float] = {}
         self._next_id = 0
         self._seq = 0
+        #: Something changed that may let a pending job be placed (a submission, a
+        #: release, a placement) since the last cycle; unchanged, a cycle is skipped.
+        self._changed = False
+        #: Placement cycles run (not skipped) by :meth:`place_pending`.
+        self.cycles_run = 0
 
     # ------------------------------------------------------------------ queries
     def budget(self, node: str) -> float:
@@ -235,6 +240,7 @@ class GlobalManagerCore:
         if waits:
             self._seq += 1
             self.pending[job_id] = PendingRecord(spec, job_id, now, self._seq)
+            self._changed = True
             return Admission(
                 job_id, False, "pending: waits for the next placement cycle", pending=True
             )
@@ -364,7 +370,11 @@ class GlobalManagerCore:
         ran out, then place what can be placed, all or nothing per job. Greedy policies
         go through the queue in priority then submission order (a job that does not fit
         does not hold back the ones behind it); ``placement: flow`` solves the whole
-        queue at once (:func:`global_manager.flow_placement.place_pending`)."""
+        queue at once (:func:`global_manager.flow_placement.place_pending`).
+
+        A cycle is skipped when nothing changed since the last one placed nothing (no
+        submission, release, expiry or placement): the budgets, shares and queue are
+        the same, so it would place nothing either."""
         expired: list[Admission] = []
         for rec in list(self.pending.values()):
             mw = rec.spec.max_wait
@@ -378,8 +388,9 @@ class GlobalManagerCore:
                     reasons=rec.reasons or (),
                 ))
         placed: list[Admission] = []
-        if not self.pending:
+        if not self.pending or not (self._changed or expired):
             return QueueCycle((), tuple(expired))
+        self.cycles_run += 1
         order = sorted(self.pending.values(), key=lambda r: (-r.spec.priority, r.arrival, r.seq))
         if self._uses_flow():
             jobs = [self._pending_job(r.job_id, r.spec, r.arrival) for r in order]
@@ -403,6 +414,7 @@ class GlobalManagerCore:
                     continue
                 del self.pending[rec.job_id]
                 placed.append(self._start(rec.job_id, rec.spec, now, *got))
+        self._changed = bool(placed)
         return QueueCycle(tuple(placed), tuple(expired))
 
     def pending_reasons(self, job_id: str) -> tuple[PendingReason, ...]:
@@ -549,6 +561,7 @@ class GlobalManagerCore:
         return running
 
     def _release(self, s: Subtask, spec: JobSpec) -> None:
+        self._changed = True
         if spec.qos is QosClass.STRICT:
             self.committed[s.node] = max(0.0, self.committed[s.node] - s.expected_rate)
             held = self.user_held.get(spec.user, 0.0) - s.expected_rate
