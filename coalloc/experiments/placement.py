@@ -57,10 +57,10 @@ from coalloc.experiments.paper import (
 from coalloc.flags import int_flag, seconds_flag
 
 DEFAULT_NODES = (6,)
-DEFAULT_LAMBDAS = (10.0, 50.0)
+DEFAULT_LAMBDAS = (10.0, 50.0, 200.0)
 DEFAULT_PLACEMENTS = ("flow", "least_loaded", "random")
 DEFAULT_USERS = 3
-DEFAULT_JOBS = 100
+DEFAULT_JOBS = 150
 DEFAULT_POLICY = "sq"
 DEFAULT_CYCLE = 30.0
 DEFAULT_OUT = "runs/placement"
