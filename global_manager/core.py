@@ -39,6 +39,7 @@ from global_manager.flow_placement import (
     PendingSubtask,
     ReasonKind,
     UserShare,
+    fair_shares,
 )
 from global_manager.flow_placement import place_pending as flow_place_pending
 from global_manager.policies import Policy
@@ -60,6 +61,10 @@ class JobState(str, Enum):
     CANCELLED = "cancelled"
     EXPIRED = "expired"
     REJECTED = "rejected"
+
+
+#: Seconds a job waits before flow placement may hold nodes for it.
+RESERVE_AFTER = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +171,9 @@ class GlobalManagerCore:
         #: Something changed that may let a pending job be placed (a submission, a
         #: release, a placement) since the last cycle; unchanged, a cycle is skipped.
         self._changed = False
+        #: The drain reservation of flow placement: (job id, nodes held for it).
+        self._drain: tuple[str, tuple[str, ...]] | None = None
+        self._last_cycle = -math.inf
         #: Placement cycles run (not skipped) by :meth:`place_pending`.
         self.cycles_run = 0
 
@@ -373,8 +381,9 @@ class GlobalManagerCore:
         queue at once (:func:`global_manager.flow_placement.place_pending`).
 
         A cycle is skipped when nothing changed since the last one placed nothing (no
-        submission, release, expiry or placement): the budgets, shares and queue are
-        the same, so it would place nothing either."""
+        submission, release, expiry or placement, and under flow no job reaching
+        :data:`RESERVE_AFTER` of waiting): the budgets, shares and queue are the same, so
+        it would place nothing either."""
         expired: list[Admission] = []
         for rec in list(self.pending.values()):
             mw = rec.spec.max_wait
@@ -388,24 +397,16 @@ class GlobalManagerCore:
                     reasons=rec.reasons or (),
                 ))
         placed: list[Admission] = []
-        if not self.pending or not (self._changed or expired):
+        due = self._uses_flow() and self._drain is None and any(
+            self._last_cycle < r.arrival + RESERVE_AFTER <= now for r in self.pending.values()
+        )
+        if not self.pending or not (self._changed or expired or due):
             return QueueCycle((), tuple(expired))
+        self._last_cycle = now
         self.cycles_run += 1
         order = sorted(self.pending.values(), key=lambda r: (-r.spec.priority, r.arrival, r.seq))
         if self._uses_flow():
-            jobs = [self._pending_job(r.job_id, r.spec, r.arrival) for r in order]
-            reply = self._flow_reply(now, jobs, fair=True)
-            if not reply.placements and not any(self.committed.values()):
-                # Liveness: fair-share bounds never keep an idle grid idle.
-                reply = self._flow_reply(now, jobs, fair=False)
-            for rec in order:
-                nodes = reply.placements.get(rec.job_id)
-                if nodes is None:
-                    rec.reasons = reply.pending.get(rec.job_id, ())
-                    continue
-                del self.pending[rec.job_id]
-                works, weights, rates = self._shape(rec.spec)
-                placed.append(self._start(rec.job_id, rec.spec, now, works, weights, rates, nodes))
+            placed += self._flow_cycle(now, order)
         else:
             for rec in order:
                 got = self._try_place(rec.job_id, rec.spec)
@@ -416,6 +417,94 @@ class GlobalManagerCore:
                 placed.append(self._start(rec.job_id, rec.spec, now, *got))
         self._changed = bool(placed)
         return QueueCycle(tuple(placed), tuple(expired))
+
+    def _flow_cycle(self, now: float, order: list[PendingRecord]) -> list[Admission]:
+        """A flow cycle, with the drain reservation (docs/decisions.md): the job the
+        solver picked to hold nodes (it waited longest, ``reserve_after``) gets a set of
+        nodes, kept from every other strict job from then on, and is placed there as
+        soon as they have room; the rest of the queue is solved on the other nodes."""
+        placed: list[Admission] = []
+        if self._drain is not None and self._drain[0] not in self.pending:
+            self._drain = None
+        held: tuple[str, ...] = ()
+        if self._drain is not None:
+            hid, held = self._drain
+            head = self.pending[hid]
+            _, _, rates = self._shape(head.spec)
+            room = {n: self.budget(n) - self.committed[n] for n in held}
+            nodes = self._assign(head.spec, rates, room, held)
+            if nodes is not None:
+                del self.pending[hid]
+                self._drain = None
+                held = ()
+                placed.append(self._start(hid, head.spec, now, *self._shape(head.spec)[:2],
+                                          rates, nodes))
+            else:
+                head.reasons = (PendingReason(
+                    ReasonKind.RESERVED,
+                    f"holds nodes {', '.join(held)}: placed there once the jobs running on "
+                    "them finish",
+                ),)
+        rest = [r for r in order if r.job_id in self.pending
+                and (self._drain is None or r.job_id != self._drain[0])]
+        jobs = [self._pending_job(r.job_id, r.spec, r.arrival) for r in rest]
+        if not jobs:
+            return placed
+        reply = self._flow_reply(now, jobs, fair=True, held=held)
+        if not reply.placements and not any(self.committed.values()):
+            # Liveness: fair-share bounds never keep an idle grid idle.
+            reply = self._flow_reply(now, jobs, fair=False, held=held)
+        for rec in rest:
+            nodes = reply.placements.get(rec.job_id)
+            if nodes is None:
+                why = reply.pending.get(rec.job_id, ())
+                if held:
+                    why += (PendingReason(
+                        ReasonKind.RESERVED,
+                        f"nodes {', '.join(held)} are held for job {self._drain[0]}"  # type: ignore[index]
+                        " , which has waited longer",
+                    ),)
+                rec.reasons = why
+                continue
+            del self.pending[rec.job_id]
+            works, weights, rates = self._shape(rec.spec)
+            placed.append(self._start(rec.job_id, rec.spec, now, works, weights, rates, nodes))
+        hid = reply.reserved_for
+        if self._drain is None and hid is not None and hid in self.pending:
+            spec = self.pending[hid].spec
+            _, _, rates = self._shape(spec)
+            # The nodes that drain first: least committed, then by name.
+            order_n = sorted(self.nodes, key=lambda n: (self.committed[n], n))
+            whole = {n: self.budget(n) for n in order_n}
+            nodes = self._assign(spec, rates, whole, tuple(order_n))
+            if nodes is not None:
+                self._drain = (hid, tuple(sorted(set(nodes))))
+                self.pending[hid].reasons = (PendingReason(
+                    ReasonKind.RESERVED,
+                    f"holds nodes {', '.join(self._drain[1])}: placed there once the jobs "
+                    "running on them finish",
+                ),)
+        return placed
+
+    def _assign(
+        self, spec: JobSpec, rates: list[float], room: Mapping[str, float],
+        order: tuple[str, ...],
+    ) -> tuple[str, ...] | None:
+        """Subtasks (largest rate first) on distinct nodes of ``order`` with the labels and
+        ``room[node]`` for them (first fit), or None."""
+        used: set[str] = set()
+        chosen = [""] * len(rates)
+        for i in sorted(range(len(rates)), key=lambda i: (-rates[i], i)):
+            labels = spec.labels_of(i)
+            for n in order:
+                if n not in used and labels <= self.nodes[n].labels and \
+                        rates[i] <= room[n] + 1e-9:
+                    chosen[i] = n
+                    used.add(n)
+                    break
+            else:
+                return None
+        return tuple(chosen)
 
     def pending_reasons(self, job_id: str) -> tuple[PendingReason, ...]:
         """Why the pending job ``job_id`` is not running, one reason per constraint it
@@ -464,25 +553,47 @@ class GlobalManagerCore:
         subs = tuple(PendingSubtask(r, spec.labels_of(i)) for i, r in enumerate(rates))
         return PendingJob(job_id, spec.user, subs, spec.priority, arrival)
 
-    def _node_states(self, empty: bool = False) -> tuple[NodeState, ...]:
+    def _node_states(
+        self, empty: bool = False, held: tuple[str, ...] = ()
+    ) -> tuple[NodeState, ...]:
+        """The nodes for the solver; ``held`` ones (drained for a waiting job) have no
+        room for anybody else."""
         out = []
         for n in self.nodes.values():
             b = self.budget(n.name)
             c = 0.0 if empty else self.committed[n.name]
-            out.append(NodeState(n.name, n.cpu_rate, b - c, n.labels, c))
+            free = 0.0 if n.name in held else b - c
+            out.append(NodeState(n.name, n.cpu_rate, free, n.labels, c))
         return tuple(out)
 
-    def _flow_reply(self, now: float, jobs: list[PendingJob], fair: bool) -> FlowPlacementReply:
-        users: dict[str, UserShare] = {}
-        for u, held in sorted(self.user_held.items()):
-            if held > 0:
-                users[u] = UserShare(u, held=held, bound=None if fair else math.inf)
+    def _flow_reply(
+        self, now: float, jobs: list[PendingJob], fair: bool, held: tuple[str, ...] = ()
+    ) -> FlowPlacementReply:
+        """Solve one cycle. ``fair``: per-user bounds, each user's weighted-DRF share of
+        the grid's QoS capacity (:func:`fair_shares`, equal weights) but never below its
+        largest pending job, so that a job larger than its user's share can still run
+        when the user holds nothing else (else it would wait as long as anyone else
+        has demand, reservation or not); otherwise no bounds."""
+        holds = {u: h for u, h in sorted(self.user_held.items()) if h > 0}
+        pend: dict[str, float] = {}
+        biggest: dict[str, float] = {}
         for j in jobs:
-            if j.user not in users:
-                users[j.user] = UserShare(j.user, bound=None if fair else math.inf)
+            rate = math.fsum(s.rate for s in j.subtasks)
+            pend[j.user] = pend.get(j.user, 0.0) + rate
+            biggest[j.user] = max(biggest.get(j.user, 0.0), rate)
+        names = list(holds) + [u for u in pend if u not in holds]
+        if fair:
+            capacity = math.fsum(self.node_budgets().values())
+            shares = fair_shares(capacity, [UserShare(u, held=holds.get(u, 0.0)) for u in names],
+                                 pend)
+            bounds = {u: max(shares[u], biggest.get(u, 0.0)) for u in names}
+        else:
+            bounds = dict.fromkeys(names, math.inf)
+        users = tuple(UserShare(u, held=holds.get(u, 0.0), bound=bounds[u]) for u in names)
         return flow_place_pending(FlowPlacementRequest(
-            now, tuple(jobs), self._node_states(), tuple(users.values()),
+            now, tuple(jobs), self._node_states(held=held), users,
             qos_share=self.config.qos_share,
+            reserve_after=None if held else RESERVE_AFTER,
         ))
 
     def _never_placeable(self, job_id: str, spec: JobSpec) -> tuple[PendingReason, ...]:

@@ -236,3 +236,60 @@ def test_budgets_respected_and_all_or_nothing(
             for i in sorted(g.jobs[jid].running):
                 g.subtask_finished(jid, i)
     assert g.pending == {}
+
+
+def _stream(placement: str, until: float) -> float | None:
+    """A gang needing three empty nodes waits behind a stream of small jobs (one every
+    100 s, each running 150 s, so at least one always runs); when is it placed?"""
+    nodes = tuple(Node(f"n{i}", 200.0) for i in range(3))  # budgets 100 each
+    g = core(placement, nodes=nodes)
+    started: dict[str, float] = {}
+    g.submit(strict(1.0, user="bob"), 0.0)
+    (adm,) = g.place_pending(0.0).placed
+    started[adm.job_id] = 0.0
+    big = g.submit(strict(4.0, 4.0, 4.0, user="alice"), 1.0)
+    t = 50.0
+    while t < until:
+        if t % 100 == 0:
+            g.submit(strict(1.0, user="bob"), t)
+        for jid, t0 in list(started.items()):
+            if t - t0 >= 150.0:
+                for i in sorted(g.jobs[jid].running):
+                    g.subtask_finished(jid, i)
+                del started[jid]
+        for adm in g.place_pending(t).placed:
+            if adm.job_id == big.job_id:
+                return t
+            started[adm.job_id] = t
+        t += 50.0
+    return None
+
+
+def test_greedy_backfill_starves_a_large_gang() -> None:
+    assert _stream("least_loaded", 5000.0) is None
+    assert _stream("random", 5000.0) is None
+
+
+def test_no_starvation_of_a_large_gang_behind_small_ones() -> None:
+    """Flow placement holds nodes for the gang once it has waited ``RESERVE_AFTER``
+    (600 s, at 650 s here) and places it there as soon as the small jobs on them end."""
+    placed = _stream("flow", 5000.0)
+    assert placed is not None and 650.0 <= placed <= 1000.0
+
+
+def test_held_nodes_are_reported_and_kept_from_other_jobs() -> None:
+    nodes = tuple(Node(f"n{i}", 200.0) for i in range(2))  # budgets 100 each
+    g = core("flow", nodes=nodes)
+    small = g.submit(strict(1.0, user="bob"), 0.0)
+    g.place_pending(0.0)
+    big = g.submit(strict(4.0, 4.0, user="alice"), 1.0)
+    g.place_pending(1.0)
+    g.place_pending(700.0)  # big waited 699 s: from now on both nodes are held for it
+    assert [r.kind for r in g.pending_reasons(big.job_id)] == [ReasonKind.RESERVED]
+    assert "holds nodes n0, n1" in g.pending_reasons(big.job_id)[0].message
+    later = g.submit(strict(1.0, user="bob"), 705.0)
+    assert g.place_pending(705.0).placed == ()  # it would fit but for the hold
+    assert any(r.kind is ReasonKind.RESERVED for r in g.pending_reasons(later.job_id))
+    g.subtask_finished(small.job_id, 0)
+    assert [a.job_id for a in g.place_pending(710.0).placed] == [big.job_id]
+    assert g.job_state(later.job_id) is JobState.PENDING

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from global_manager.policies import get_policy
 from global_manager.simulator import SimConfig, simulate
@@ -109,3 +111,41 @@ def test_reject_mode_gives_the_same_bytes_as_before_the_queue() -> None:
     for j in a.jobs:
         assert (j.state == "rejected") == (not j.admitted)
         assert j.admitted == (j.wait is not None)
+
+
+_job_st = st.tuples(
+    st.integers(0, 600).map(lambda k: k / 2),  # arrival (see the note below)
+    st.lists(st.sampled_from([1.0, 2.0, 4.0]), min_size=1, max_size=3),  # weights
+    st.sampled_from([2000.0, 8000.0, 30000.0]),  # work per weight unit, Mcycles
+    st.integers(0, 2),  # priority
+    st.sampled_from([None, 50.0, 500.0]),  # max_wait
+)
+
+
+# Arrivals are half seconds: a subnormal arrival (5e-324 s) hangs the simulator on main
+# too, a separate bug.
+@settings(max_examples=25, deadline=None)
+@given(jobs=st.lists(_job_st, min_size=1, max_size=8),
+       placement=st.sampled_from(["least_loaded", "random", "flow"]))
+def test_every_job_ends_completed_or_expired(jobs: list, placement: str) -> None:
+    nodes = (Node("a", 200.0), Node("b", 300.0), Node("c", 400.0))
+    specs = tuple(
+        JobSpec(
+            name=f"j{k}", qos=QosClass.STRICT,
+            subtasks=tuple(SubtaskSpec(work=w * per, weight=w) for w in ws),
+            overall_deviation=100.0, asynchrony=100.0, arrival=arr, job_id=f"j{k}",
+            priority=prio, max_wait=mw, user=f"u{k % 2}",
+        )
+        for k, (arr, ws, per, prio, mw) in enumerate(jobs)
+    )
+    w = Workload(nodes, specs)
+    pol = get_policy("sq", placement=placement)
+    r = simulate(w, pol, seed=3, config=WAIT)
+    assert r.to_json() == simulate(w, pol, seed=3, config=WAIT).to_json()
+    for j in r.jobs:
+        assert j.state in ("completed", "expired"), (j.job_id, j.state, j.reason)
+        if j.state == "completed":
+            assert j.wait is not None and j.wait >= 0
+        else:
+            spec = next(s for s in specs if s.job_id == j.job_id)
+            assert spec.max_wait is not None and j.wait is None
