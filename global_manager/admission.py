@@ -141,6 +141,21 @@ class LeastLoaded:
         return sorted(nodes, key=lambda n: (n.load / n.cpu_rate, n.name))
 
 
+@placement_policies.register("flow")
+@dataclass(frozen=True, slots=True)
+class FlowPlacement:
+    """Strict jobs: the min-cost flow of :mod:`global_manager.flow_placement`, run by
+    :class:`global_manager.core.GlobalManagerCore` over the whole pending queue. This
+    ranking (as ``least_loaded``) serves the others and jobs split by parallelism."""
+
+    name: str = "flow"
+
+    def rank(
+        self, nodes: tuple[NodeLoad, ...], checked: bool, rng: random.Random
+    ) -> list[NodeLoad]:
+        return LeastLoaded().rank(nodes, checked, rng)
+
+
 @placement_policies.register("random")
 @dataclass(frozen=True, slots=True)
 class RandomPlacement:

@@ -18,6 +18,7 @@ import math
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from coallocator.controller import initial_rate_cap
@@ -30,19 +31,59 @@ from global_manager.admission import (
     place,
     placement_policies,
 )
+from global_manager.flow_placement import (
+    FlowPlacementReply,
+    FlowPlacementRequest,
+    NodeState,
+    PendingJob,
+    PendingReason,
+    PendingSubtask,
+    ReasonKind,
+    UserShare,
+    fair_shares,
+)
+from global_manager.flow_placement import place_pending as flow_place_pending
 from global_manager.policies import Policy
 from workloads.model import Demand, JobSpec, Node, QosClass, Subtask
+
+
+class QueueMode(str, Enum):
+    """What happens to a strict job that does not fit at once: ``reject`` it (the
+    paper's behaviour) or keep it ``pending`` until a placement cycle places it."""
+
+    REJECT = "reject"
+    WAIT = "wait"
+
+
+class JobState(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    REJECTED = "rejected"
+
+
+#: Seconds a job waits before flow placement may hold nodes for it.
+RESERVE_AFTER = 600.0
 
 
 @dataclass(frozen=True, slots=True)
 class GlobalConfig:
     """``rate_per_weight``: Mcycles/s per unit of relative weight (``u_t`` default);
-    ``qos_share``: the QoS queue's CPU fraction, which admission budgets are built on."""
+    ``qos_share``: the QoS queue's CPU fraction, which admission budgets are built on;
+    ``queue``: :class:`QueueMode` (a string is accepted)."""
 
     rate_per_weight: float = 25.0
     qos_share: float = 0.5
+    queue: QueueMode = QueueMode.REJECT
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "queue", QueueMode(self.queue))
+        except ValueError:
+            known = ", ".join(m.value for m in QueueMode)
+            raise ValueError(f"queue: must be one of {known}, got {self.queue!r}") from None
         if not math.isfinite(self.rate_per_weight) or self.rate_per_weight <= 0:
             raise ValueError("rate_per_weight: must be a finite number > 0 (Mcycles/s per weight)")
         if not 0 < self.qos_share <= 1:
@@ -57,6 +98,20 @@ class Admission:
     admitted: bool
     reason: str
     subtasks: tuple[Subtask, ...] = ()
+    #: Kept in the pending queue (``queue: wait``) rather than placed or rejected.
+    pending: bool = False
+    #: One reason per constraint the job fails (rejected or pending jobs).
+    reasons: tuple[PendingReason, ...] = ()
+    #: When the job was placed (s), for admitted jobs.
+    placed_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCycle:
+    """What one :meth:`GlobalManagerCore.place_pending` cycle did."""
+
+    placed: tuple[Admission, ...]
+    expired: tuple[Admission, ...]
 
 
 @dataclass(slots=True)
@@ -67,6 +122,18 @@ class JobRecord:
     subtasks: tuple[Subtask, ...]
     running: set[int]
     cancelled: bool = False
+
+
+@dataclass(slots=True)
+class PendingRecord:
+    """A strict job in the pending queue; ``arrival``: when it was submitted (s);
+    ``reasons``: from the last cycle (``None``: worked out when asked)."""
+
+    spec: JobSpec
+    job_id: str
+    arrival: float
+    seq: int
+    reasons: tuple[PendingReason, ...] | None = None
 
 
 class GlobalManagerCore:
@@ -94,7 +161,22 @@ class GlobalManagerCore:
         self.committed: dict[str, float] = {n: 0.0 for n in self.nodes}
         self.load: dict[str, float] = {n: 0.0 for n in self.nodes}
         self.jobs: dict[str, JobRecord] = {}
+        self.pending: dict[str, PendingRecord] = {}
+        #: Jobs that ended without running to completion: rejected, expired, or
+        #: cancelled while pending.
+        self.closed: dict[str, JobState] = {}
+        #: Strict expected rate each user's running jobs hold (Mcycles/s).
+        self.user_held: dict[str, float] = {}
         self._next_id = 0
+        self._seq = 0
+        #: Something changed that may let a pending job be placed (a submission, a
+        #: release, a placement) since the last cycle; unchanged, a cycle is skipped.
+        self._changed = False
+        #: The drain reservation of flow placement: (job id, nodes held for it).
+        self._drain: tuple[str, tuple[str, ...]] | None = None
+        self._last_cycle = -math.inf
+        #: Placement cycles run (not skipped) by :meth:`place_pending`.
+        self.cycles_run = 0
 
     # ------------------------------------------------------------------ queries
     def budget(self, node: str) -> float:
@@ -118,11 +200,25 @@ class GlobalManagerCore:
         self._next_id += 1
         return f"j{self._next_id:05d}"
 
+    def _known(self, job_id: str) -> bool:
+        return job_id in self.jobs or job_id in self.pending or job_id in self.closed
+
     def submit(self, spec: JobSpec, now: float) -> Admission:
-        """Admit and place ``spec`` at time ``now`` (s), all or nothing."""
+        """Admit and place ``spec`` at time ``now`` (s), all or nothing.
+
+        With ``queue: wait`` a strict job is not placed here: it joins the pending queue
+        (``Admission.pending``) and :meth:`place_pending` places it; a job that could not
+        be placed even on an empty grid is still rejected at once, with its reasons.
+        """
         job_id = spec.job_id or self.new_job_id()
-        if job_id in self.jobs:
+        if self._known(job_id):
             return Admission(job_id, False, f"job id {job_id!r} is already in use")
+        adm = self._submit(job_id, spec, now)
+        if not adm.admitted and not adm.pending:
+            self.closed[job_id] = JobState.REJECTED
+        return adm
+
+    def _submit(self, job_id: str, spec: JobSpec, now: float) -> Admission:
         n = spec.n_subtasks
         if n <= 0:
             return Admission(job_id, False, "job has no subtasks")
@@ -136,31 +232,114 @@ class GlobalManagerCore:
             works = [spec.subtasks[0].work]
             weights = [spec.subtasks[0].weight]
             rates = self._rates(spec, works, weights)
-            reply = PlacementReply((spec.node,))
-        elif n > len(self.nodes):
+            return self._start(job_id, spec, now, works, weights, rates, (spec.node,))
+        if n > len(self.nodes):
             return Admission(job_id, False, f"{n} subtasks but only {len(self.nodes)} nodes")
-        else:
-            checked = spec.qos is QosClass.STRICT
-            if spec.subtasks:
-                works = [s.work for s in spec.subtasks]
-                weights = [s.weight for s in spec.subtasks]
-                rates = self._rates(spec, works, weights)
+        if not spec.subtasks:
+            bad = _check_split_totals(spec)
+            if bad:
+                return Admission(job_id, False, bad)
+        strict = spec.qos is QosClass.STRICT
+        waits = strict and self.config.queue is QueueMode.WAIT
+        if waits or any(spec.labels_of(i) for i in range(n)):
+            never = self._never_placeable(job_id, spec)
+            if never:
+                msg = "; ".join(r.message for r in never)
+                return Admission(job_id, False, msg, reasons=never)
+        if waits:
+            self._seq += 1
+            self.pending[job_id] = PendingRecord(spec, job_id, now, self._seq)
+            self._changed = True
+            return Admission(
+                job_id, False, "pending: waits for the next placement cycle", pending=True
+            )
+        if strict and self._uses_flow():
+            reply = self._flow_reply(now, [self._pending_job(job_id, spec, now)], fair=False)
+            if job_id not in reply.placements:
+                why = reply.pending.get(job_id, ())
+                return Admission(job_id, False, "; ".join(r.message for r in why), reasons=why)
+            works, weights, rates = self._shape(spec)
+            return self._start(job_id, spec, now, works, weights, rates,
+                               reply.placements[job_id])
+        placed = self._try_place(job_id, spec)
+        if isinstance(placed, str):
+            return Admission(job_id, False, placed)
+        works, weights, rates, nodes = placed
+        return self._start(job_id, spec, now, works, weights, rates, nodes)
+
+    def _try_place(
+        self, job_id: str, spec: JobSpec
+    ) -> str | tuple[list[float], list[float], list[float], tuple[str, ...]]:
+        """Greedy placement by the policy's ranking: the shape and nodes, or the reason."""
+        checked = spec.qos is QosClass.STRICT
+        if spec.subtasks:
+            works, weights, rates = self._shape(spec)
+            labels = [s.labels for s in spec.subtasks]
+            if any(labels):
+                reply = self._place_labelled(rates, labels, checked)
+            else:
                 reply = place(
                     PlacementRequest(job_id, tuple(rates), checked, self._loads()),
                     self.placement,
                     self.rng,
                 )
-            else:
-                bad = _check_split_totals(spec)
-                if bad:
-                    return Admission(job_id, False, bad)
-                works, weights, rates, reply = self._split(job_id, spec, checked)
+        else:
+            works, weights, rates, reply = self._split(job_id, spec, checked)
         if not reply.admitted or reply.nodes is None:
-            return Admission(job_id, False, reply.reason)
+            return reply.reason
+        return works, weights, rates, reply.nodes
 
+    def _shape(self, spec: JobSpec) -> tuple[list[float], list[float], list[float]]:
+        """Works, relative weights and expected rates of a job's subtasks. A job given by
+        ``parallelism`` is split evenly here (the flow solver and the reasons use this;
+        greedy placement splits it on the nodes it picks, see :meth:`_split`)."""
+        if spec.subtasks:
+            works = [s.work for s in spec.subtasks]
+            weights = [s.weight for s in spec.subtasks]
+        else:
+            n = int(spec.parallelism or 0)
+            total_weight = float(spec.total_weight if spec.total_weight is not None else n)
+            weights = [total_weight / n] * n
+            works = [float(spec.total_work or 0.0) / n] * n
+        return works, weights, self._rates(spec, works, weights)
+
+    def _place_labelled(
+        self, rates: list[float], labels: list[frozenset[str]], checked: bool
+    ) -> PlacementReply:
+        """As :func:`place`, skipping nodes that lack a subtask's labels."""
+        ranked = self.placement.rank(self._loads(), checked, self.rng)
+        used: set[str] = set()
+        chosen: list[str] = [""] * len(rates)
+        for i in sorted(range(len(rates)), key=lambda i: (-rates[i], i)):
+            for nl in ranked:
+                if nl.name in used or not labels[i] <= self.nodes[nl.name].labels:
+                    continue
+                if checked and rates[i] > nl.free + 1e-9:
+                    continue
+                chosen[i] = nl.name
+                used.add(nl.name)
+                break
+            else:
+                return PlacementReply(
+                    None,
+                    f"no free node with labels {', '.join(sorted(labels[i])) or '(none)'} can "
+                    f"take subtask {i} (expected rate {rates[i]:.6g} Mcycles/s)",
+                )
+        return PlacementReply(tuple(chosen))
+
+    def _start(
+        self,
+        job_id: str,
+        spec: JobSpec,
+        now: float,
+        works: list[float],
+        weights: list[float],
+        rates: list[float],
+        nodes: tuple[str, ...],
+    ) -> Admission:
         subtasks = []
         strict = spec.qos is QosClass.STRICT
-        for i, node in enumerate(reply.nodes):
+        for i, node in enumerate(nodes):
             src = spec.subtasks[i] if spec.subtasks else None
             subtasks.append(
                 Subtask(
@@ -179,19 +358,264 @@ class GlobalManagerCore:
                         self.policy.controller_config,
                         self.policy.controller,
                         strict,
-                        len(reply.nodes),
+                        len(nodes),
                         rates[i],
                     ),
                 )
             )
         for s in subtasks:
-            if spec.qos is QosClass.STRICT:
+            if strict:
                 self.committed[s.node] += s.expected_rate
+                self.user_held[spec.user] = self.user_held.get(spec.user, 0.0) + s.expected_rate
             self.load[s.node] += s.expected_rate
         self.jobs[job_id] = JobRecord(
             spec, job_id, now, tuple(subtasks), {s.index for s in subtasks}
         )
-        return Admission(job_id, True, "", tuple(subtasks))
+        return Admission(job_id, True, "", tuple(subtasks), placed_at=now)
+
+    # ------------------------------------------------------------ pending queue
+    def place_pending(self, now: float) -> QueueCycle:
+        """One placement cycle at ``now`` (s): expire the pending jobs whose ``max_wait``
+        ran out, then place what can be placed, all or nothing per job. Greedy policies
+        go through the queue in priority then submission order (a job that does not fit
+        does not hold back the ones behind it); ``placement: flow`` solves the whole
+        queue at once (:func:`global_manager.flow_placement.place_pending`).
+
+        A cycle is skipped when nothing changed since the last one placed nothing (no
+        submission, release, expiry or placement, and under flow no job reaching
+        :data:`RESERVE_AFTER` of waiting): the budgets, shares and queue are the same, so
+        it would place nothing either."""
+        expired: list[Admission] = []
+        for rec in list(self.pending.values()):
+            mw = rec.spec.max_wait
+            if mw is not None and now - rec.arrival >= mw:
+                del self.pending[rec.job_id]
+                self.closed[rec.job_id] = JobState.EXPIRED
+                last = "; ".join(r.message for r in self.pending_reasons_of(rec))
+                reason = f"expired: pending {now - rec.arrival:.6g} s, max_wait {mw:.6g} s"
+                expired.append(Admission(
+                    rec.job_id, False, reason + (f" ({last})" if last else ""),
+                    reasons=rec.reasons or (),
+                ))
+        placed: list[Admission] = []
+        due = self._uses_flow() and self._drain is None and any(
+            self._last_cycle < r.arrival + RESERVE_AFTER <= now for r in self.pending.values()
+        )
+        if not self.pending or not (self._changed or expired or due):
+            return QueueCycle((), tuple(expired))
+        self._last_cycle = now
+        self.cycles_run += 1
+        order = sorted(self.pending.values(), key=lambda r: (-r.spec.priority, r.arrival, r.seq))
+        if self._uses_flow():
+            placed += self._flow_cycle(now, order)
+        else:
+            for rec in order:
+                got = self._try_place(rec.job_id, rec.spec)
+                if isinstance(got, str):
+                    rec.reasons = None  # worked out when asked, on the budgets then
+                    continue
+                del self.pending[rec.job_id]
+                placed.append(self._start(rec.job_id, rec.spec, now, *got))
+        self._changed = bool(placed)
+        return QueueCycle(tuple(placed), tuple(expired))
+
+    def _flow_cycle(self, now: float, order: list[PendingRecord]) -> list[Admission]:
+        """A flow cycle, with the drain reservation (docs/decisions.md): the job the
+        solver picked to hold nodes (it waited longest, ``reserve_after``) gets a set of
+        nodes, kept from every other strict job from then on, and is placed there as
+        soon as they have room; the rest of the queue is solved on the other nodes."""
+        placed: list[Admission] = []
+        if self._drain is not None and self._drain[0] not in self.pending:
+            self._drain = None
+        held: tuple[str, ...] = ()
+        if self._drain is not None:
+            hid, held = self._drain
+            head = self.pending[hid]
+            _, _, rates = self._shape(head.spec)
+            room = {n: self.budget(n) - self.committed[n] for n in held}
+            nodes = self._assign(head.spec, rates, room, held)
+            if nodes is not None:
+                del self.pending[hid]
+                self._drain = None
+                held = ()
+                placed.append(self._start(hid, head.spec, now, *self._shape(head.spec)[:2],
+                                          rates, nodes))
+            else:
+                head.reasons = (PendingReason(
+                    ReasonKind.RESERVED,
+                    f"holds nodes {', '.join(held)}: placed there once the jobs running on "
+                    "them finish",
+                ),)
+        rest = [r for r in order if r.job_id in self.pending
+                and (self._drain is None or r.job_id != self._drain[0])]
+        jobs = [self._pending_job(r.job_id, r.spec, r.arrival) for r in rest]
+        if not jobs:
+            return placed
+        reply = self._flow_reply(now, jobs, fair=True, held=held)
+        if not reply.placements and not any(self.committed.values()):
+            # Liveness: fair-share bounds never keep an idle grid idle.
+            reply = self._flow_reply(now, jobs, fair=False, held=held)
+        for rec in rest:
+            nodes = reply.placements.get(rec.job_id)
+            if nodes is None:
+                why = reply.pending.get(rec.job_id, ())
+                if held:
+                    why += (PendingReason(
+                        ReasonKind.RESERVED,
+                        f"nodes {', '.join(held)} are held for job {self._drain[0]}"  # type: ignore[index]
+                        " , which has waited longer",
+                    ),)
+                rec.reasons = why
+                continue
+            del self.pending[rec.job_id]
+            works, weights, rates = self._shape(rec.spec)
+            placed.append(self._start(rec.job_id, rec.spec, now, works, weights, rates, nodes))
+        hid = reply.reserved_for
+        if self._drain is None and hid is not None and hid in self.pending:
+            spec = self.pending[hid].spec
+            _, _, rates = self._shape(spec)
+            # The nodes that drain first: least committed, then by name.
+            order_n = sorted(self.nodes, key=lambda n: (self.committed[n], n))
+            whole = {n: self.budget(n) for n in order_n}
+            nodes = self._assign(spec, rates, whole, tuple(order_n))
+            if nodes is not None:
+                self._drain = (hid, tuple(sorted(set(nodes))))
+                self.pending[hid].reasons = (PendingReason(
+                    ReasonKind.RESERVED,
+                    f"holds nodes {', '.join(self._drain[1])}: placed there once the jobs "
+                    "running on them finish",
+                ),)
+        return placed
+
+    def _assign(
+        self, spec: JobSpec, rates: list[float], room: Mapping[str, float],
+        order: tuple[str, ...],
+    ) -> tuple[str, ...] | None:
+        """Subtasks (largest rate first) on distinct nodes of ``order`` with the labels and
+        ``room[node]`` for them (first fit), or None."""
+        used: set[str] = set()
+        chosen = [""] * len(rates)
+        for i in sorted(range(len(rates)), key=lambda i: (-rates[i], i)):
+            labels = spec.labels_of(i)
+            for n in order:
+                if n not in used and labels <= self.nodes[n].labels and \
+                        rates[i] <= room[n] + 1e-9:
+                    chosen[i] = n
+                    used.add(n)
+                    break
+            else:
+                return None
+        return tuple(chosen)
+
+    def pending_reasons(self, job_id: str) -> tuple[PendingReason, ...]:
+        """Why the pending job ``job_id`` is not running, one reason per constraint it
+        fails (KeyError if it is not pending)."""
+        return self.pending_reasons_of(self.pending[job_id])
+
+    def pending_reasons_of(self, rec: PendingRecord) -> tuple[PendingReason, ...]:
+        if rec.reasons is None:
+            reply = self._flow_reply(
+                rec.arrival, [self._pending_job(rec.job_id, rec.spec, rec.arrival)], fair=False
+            )
+            rec.reasons = reply.pending.get(rec.job_id) or (
+                PendingReason(
+                    ReasonKind.GANG,
+                    f"{self.placement.name} placement found no distinct nodes for all its "
+                    "subtasks at the last cycle; it fits now and is tried again next cycle",
+                ),
+            )
+        return rec.reasons
+
+    def next_expiry(self) -> float | None:
+        """The earliest time (s) a pending job's ``max_wait`` runs out, if any."""
+        times = [r.arrival + r.spec.max_wait for r in self.pending.values()
+                 if r.spec.max_wait is not None]
+        return min(times) if times else None
+
+    def job_state(self, job_id: str) -> JobState:
+        if job_id in self.pending:
+            return JobState.PENDING
+        if job_id in self.closed:
+            return self.closed[job_id]
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise KeyError(job_id)
+        if job.cancelled:
+            return JobState.CANCELLED
+        return JobState.RUNNING if job.running else JobState.COMPLETED
+
+    def _uses_flow(self) -> bool:
+        return self.placement.name == "flow" and all(
+            math.isfinite(b) for b in self.node_budgets().values()
+        )
+
+    def _pending_job(self, job_id: str, spec: JobSpec, arrival: float) -> PendingJob:
+        _, _, rates = self._shape(spec)
+        subs = tuple(PendingSubtask(r, spec.labels_of(i)) for i, r in enumerate(rates))
+        return PendingJob(job_id, spec.user, subs, spec.priority, arrival)
+
+    def _node_states(
+        self, empty: bool = False, held: tuple[str, ...] = ()
+    ) -> tuple[NodeState, ...]:
+        """The nodes for the solver; ``held`` ones (drained for a waiting job) have no
+        room for anybody else."""
+        out = []
+        for n in self.nodes.values():
+            b = self.budget(n.name)
+            c = 0.0 if empty else self.committed[n.name]
+            free = 0.0 if n.name in held else b - c
+            out.append(NodeState(n.name, n.cpu_rate, free, n.labels, c))
+        return tuple(out)
+
+    def _flow_reply(
+        self, now: float, jobs: list[PendingJob], fair: bool, held: tuple[str, ...] = ()
+    ) -> FlowPlacementReply:
+        """Solve one cycle. ``fair``: per-user bounds, each user's weighted-DRF share of
+        the grid's QoS capacity (:func:`fair_shares`, equal weights) but never below its
+        largest pending job, so that a job larger than its user's share can still run
+        when the user holds nothing else (else it would wait as long as anyone else
+        has demand, reservation or not); otherwise no bounds."""
+        holds = {u: h for u, h in sorted(self.user_held.items()) if h > 0}
+        pend: dict[str, float] = {}
+        biggest: dict[str, float] = {}
+        for j in jobs:
+            rate = math.fsum(s.rate for s in j.subtasks)
+            pend[j.user] = pend.get(j.user, 0.0) + rate
+            biggest[j.user] = max(biggest.get(j.user, 0.0), rate)
+        names = list(holds) + [u for u in pend if u not in holds]
+        if fair:
+            capacity = math.fsum(self.node_budgets().values())
+            shares = fair_shares(capacity, [UserShare(u, held=holds.get(u, 0.0)) for u in names],
+                                 pend)
+            bounds = {u: max(shares[u], biggest.get(u, 0.0)) for u in names}
+        else:
+            bounds = dict.fromkeys(names, math.inf)
+        users = tuple(UserShare(u, held=holds.get(u, 0.0), bound=bounds[u]) for u in names)
+        return flow_place_pending(FlowPlacementRequest(
+            now, tuple(jobs), self._node_states(held=held), users,
+            qos_share=self.config.qos_share,
+            reserve_after=None if held else RESERVE_AFTER,
+        ))
+
+    def _never_placeable(self, job_id: str, spec: JobSpec) -> tuple[PendingReason, ...]:
+        """Reasons ``spec`` could not be placed even on an empty grid (labels no node
+        carries, a subtask above every whole budget, too few eligible nodes)."""
+        if spec.qos is not QosClass.STRICT:
+            labels = [spec.labels_of(i) for i in range(spec.n_subtasks)]
+            out = [PendingReason(ReasonKind.LABELS,
+                                 f"subtask {i}: no node has the labels {', '.join(sorted(lab))}",
+                                 i)
+                   for i, lab in enumerate(labels)
+                   if not any(lab <= n.labels for n in self.nodes.values())]
+            return tuple(out)
+        if not all(math.isfinite(b) for b in self.node_budgets().values()):
+            return ()
+        reply = flow_place_pending(FlowPlacementRequest(
+            0.0, (self._pending_job(job_id, spec, 0.0),), self._node_states(empty=True),
+            (UserShare(spec.user, bound=math.inf),), qos_share=self.config.qos_share,
+            reserve_after=None,
+        ))
+        return reply.pending.get(job_id, ())
 
     def _rates(self, spec: JobSpec, works: list[float], weights: list[float]) -> list[float]:
         if spec.duration:
@@ -228,24 +652,32 @@ class GlobalManagerCore:
         if job is None or index not in job.running:
             return False
         job.running.discard(index)
-        self._release(job.subtasks[index], job.spec.qos)
+        self._release(job.subtasks[index], job.spec)
         return not job.running
 
     def cancel(self, job_id: str) -> list[Subtask]:
-        """Cancel a job; returns the subtasks that were still running."""
+        """Cancel a job; returns the subtasks that were still running (none for a job
+        still pending)."""
+        if job_id in self.pending:
+            del self.pending[job_id]
+            self.closed[job_id] = JobState.CANCELLED
+            return []
         job = self.jobs.get(job_id)
         if job is None:
             raise KeyError(job_id)
         running = [job.subtasks[i] for i in sorted(job.running)]
         for s in running:
-            self._release(s, job.spec.qos)
+            self._release(s, job.spec)
         job.running.clear()
         job.cancelled = True
         return running
 
-    def _release(self, s: Subtask, qos: QosClass) -> None:
-        if qos is QosClass.STRICT:
+    def _release(self, s: Subtask, spec: JobSpec) -> None:
+        self._changed = True
+        if spec.qos is QosClass.STRICT:
             self.committed[s.node] = max(0.0, self.committed[s.node] - s.expected_rate)
+            held = self.user_held.get(spec.user, 0.0) - s.expected_rate
+            self.user_held[spec.user] = held if held > 1e-9 else 0.0
         self.load[s.node] = max(0.0, self.load[s.node] - s.expected_rate)
 
     def committed_view(self) -> Mapping[str, float]:

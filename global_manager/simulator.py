@@ -6,6 +6,14 @@ busy node, feed the progress reports to the controller, release finished subtask
 every ``control_every`` cycles run a control period whose re-weight commands go back to
 the local schedulers. When the grid is empty the clock jumps to the cycle boundary at or
 after the next arrival. One seeded RNG per run; the same inputs give the same bytes out.
+
+With ``SimConfig.queue == "wait"`` strict jobs that do not fit wait in the global
+manager's pending queue; each step, after the arrivals, one placement cycle
+(:meth:`GlobalManagerCore.place_pending`) places what fits and expires what waited past
+its ``max_wait``. Fast-forwarded stretches end at the next expiry; a pending job can
+only start when a subtask finishes or a job arrives or expires, and those end a
+stretch too. A job still pending when the run ends (``max_time``, or nothing left that
+could free capacity) ends in state ``pending``.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +29,7 @@ from pathlib import Path
 from clocks.base import ManualClock
 from coallocator.core import ControllerCore
 from coallocator.phase_log import PeriodRecord, SummaryRecord, to_json_line
-from global_manager.core import Admission, GlobalConfig, GlobalManagerCore
+from global_manager.core import Admission, GlobalConfig, GlobalManagerCore, JobState, QueueMode
 from global_manager.policies import Policy, get_policy
 from local_manager.scheduler import (
     DEFAULT_QUEUE_WEIGHTS,
@@ -54,8 +63,15 @@ class SimConfig:
     #: Replay whole quiet stretches of the grid in one go: the same work and clock
     #: arithmetic as stepping, so the same decisions; off = step every cycle.
     fast_forward: bool = True
+    #: ``reject`` (the paper) or ``wait`` (the pending queue); a string is accepted.
+    queue: QueueMode = QueueMode.REJECT
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "queue", QueueMode(self.queue))
+        except ValueError:
+            known = ", ".join(m.value for m in QueueMode)
+            raise ValueError(f"queue: must be one of {known}, got {self.queue!r}") from None
         if not math.isfinite(self.cycle) or self.cycle <= 0:
             raise ValueError("cycle: must be a finite number of seconds > 0")
         if self.control_every < 1:
@@ -97,6 +113,11 @@ class JobResult:
     control_periods: int = 0
     window_violations: int = 0
     overall_violations: int = 0
+    #: Placement time minus arrival (s), for jobs that were placed.
+    wait: float | None = None
+    #: completed, running (cut by max_time), pending, expired or rejected.
+    state: str = ""
+    user: str = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +137,16 @@ class RunResult:
     records: tuple[PeriodRecord | SummaryRecord, ...] = field(default=())
     qos_utilization: float = 0.0
     idle_virtual_fraction: float = 0.0
+    #: Placement cycles run (``queue: wait``; cycles with nothing new are skipped), and
+    #: the wall time all calls took (s; measured, so not part of :meth:`to_json`).
+    placement_cycles: int = 0
+    placement_seconds: float = 0.0
 
     def to_json(self) -> str:
-        """Deterministic JSON of the results (without the log records)."""
+        """Deterministic JSON of the results (without the log records and wall times)."""
         d = asdict(self)
         d.pop("records")
+        d.pop("placement_seconds")
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     def strict_completed(self, min_subtasks: int = 2) -> list[JobResult]:
@@ -166,7 +192,11 @@ def simulate(
             log_fh.write(to_json_line(rec) + "\n")
 
     qos_share = cfg.queue_weights[1] / sum(cfg.queue_weights)
-    gm = GlobalManagerCore(workload.nodes, pol, GlobalConfig(cfg.rate_per_weight, qos_share), rng)
+    gm = GlobalManagerCore(
+        workload.nodes, pol, GlobalConfig(cfg.rate_per_weight, qos_share, cfg.queue), rng
+    )
+    waits = cfg.queue is QueueMode.WAIT
+    placement_seconds = 0.0
     local_cfg = cfg.local_config(pol)
     schedulers = {n.name: LocalScheduler(n, local_cfg) for n in workload.nodes}
     ctl = ControllerCore(
@@ -195,16 +225,27 @@ def simulate(
                 next_job += 1
             if progress is not None and next_job // 64 > admitted_before // 64:
                 progress(next_job / len(jobs))
+            if waits and gm.pending:
+                t0 = time.perf_counter()
+                cyc = gm.place_pending(now)
+                placement_seconds += time.perf_counter() - t0
+                for adm in cyc.placed:
+                    active += _start(results[adm.job_id], adm, now, schedulers, ctl)
+                for adm in cyc.expired:
+                    results[adm.job_id].admission = adm
+            expiry = gm.next_expiry() if waits else None
             if active == 0:
-                if next_job >= len(jobs):
+                nxt = jobs[next_job].arrival if next_job < len(jobs) else math.inf
+                if expiry is not None:
+                    nxt = min(nxt, expiry)
+                if not math.isfinite(nxt):
                     break
-                # Idle grid: jump to the cycle boundary at or after the next arrival.
-                nxt = jobs[next_job].arrival
-                clock.set(max(now, math.ceil(nxt / q) * q))
+                # Idle grid: jump to the cycle boundary at or after the next event.
+                clock.set(max(now + (q if nxt <= now else 0.0), math.ceil(nxt / q) * q))
                 continue
             if cfg.max_time is not None and now >= cfg.max_time:
                 break
-            span = _quiet_span(now, q, cycles, cfg, schedulers, ctl, jobs, next_job)
+            span = _quiet_span(now, q, cycles, cfg, schedulers, ctl, jobs, next_job, expiry)
             if span >= 2:
                 # Nothing would change for ``span`` cycles: replay them in one go.
                 for _ in range(span):
@@ -251,7 +292,7 @@ def simulate(
         progress(1.0)
 
     end_time = clock.now()
-    job_results = tuple(_job_result(results[jid], ctl) for jid in sorted(results))
+    job_results = tuple(_job_result(results[jid], ctl, gm) for jid in sorted(results))
     # Utilisation over the whole run, idle stretches included.
     horizon = {n.name: n.cpu_rate * end_time for n in workload.nodes}
     util = {n: (used[n] / horizon[n] if horizon[n] > 0 else 0.0) for n in sorted(used)}
@@ -266,6 +307,8 @@ def simulate(
         tuple(records),
         qos_utilization=used_qos / (qos_share * offered) if offered > 0 else 0.0,
         idle_virtual_fraction=virtual_idle / offered if offered > 0 else 0.0,
+        placement_cycles=gm.cycles_run,
+        placement_seconds=placement_seconds,
     )
 
 
@@ -283,9 +326,11 @@ def _quiet_span(
     ctl: ControllerCore,
     jobs: list[JobSpec],
     next_job: int,
+    expiry: float | None = None,
 ) -> int:
     """How many cycles from ``now`` can be replayed without changing any decision: no
-    arrival, no finish, no re-weighting, and no control window firing before their end.
+    arrival, no expiry, no finish, no re-weighting, and no control window firing before
+    their end.
     A multiple of ``control_every``; 0 or 1 means step normally."""
     ce = cfg.control_every
     if not cfg.fast_forward or cycles % ce:
@@ -300,6 +345,8 @@ def _quiet_span(
         span = min(span, math.ceil((jobs[next_job].arrival - now) / q))
     if cfg.max_time is not None:
         span = min(span, math.ceil((cfg.max_time - now) / q))
+    if expiry is not None:
+        span = min(span, math.ceil((expiry - now) / q))
     periods = span // ce
     if periods < 1:
         return 0
@@ -324,9 +371,22 @@ def _admit(
     results: dict[str, _Outcome],
 ) -> int:
     adm = gm.submit(spec, now)
-    results[adm.job_id] = _Outcome(spec, adm)
+    out = results[adm.job_id] = _Outcome(spec, adm)
     if not adm.admitted:
         return 0
+    return _start(out, adm, now, schedulers, ctl)
+
+
+def _start(
+    out: _Outcome,
+    adm: Admission,
+    now: float,
+    schedulers: dict[str, LocalScheduler],
+    ctl: ControllerCore,
+) -> int:
+    """Hand a placed job's subtasks to their nodes and the controller."""
+    out.admission = adm
+    spec = out.spec
     for s in adm.subtasks:
         schedulers[s.node].add(s, now)
     if spec.qos in (QosClass.STRICT, QosClass.LOOSE):
@@ -341,9 +401,20 @@ def _admit(
     return len(adm.subtasks)
 
 
-def _job_result(r: _Outcome, ctl: ControllerCore) -> JobResult:
+def _job_result(r: _Outcome, ctl: ControllerCore, gm: GlobalManagerCore) -> JobResult:
     spec, adm = r.spec, r.admission
     summary = ctl.summaries.get(adm.job_id)
+    if r.completed_at is not None:
+        state = JobState.COMPLETED.value
+    elif adm.admitted:
+        state = JobState.RUNNING.value
+    elif adm.job_id in gm.pending:
+        state = JobState.PENDING.value
+    else:
+        state = gm.closed.get(adm.job_id, JobState.REJECTED).value
+    reason = adm.reason
+    if state == JobState.PENDING.value:
+        reason = "; ".join(x.message for x in gm.pending_reasons(adm.job_id))
     return JobResult(
         job_id=adm.job_id,
         name=spec.name,
@@ -351,7 +422,7 @@ def _job_result(r: _Outcome, ctl: ControllerCore) -> JobResult:
         subtasks=spec.n_subtasks,
         arrival=spec.arrival,
         admitted=adm.admitted,
-        reason=adm.reason,
+        reason=reason,
         completed=r.completed_at is not None,
         mean_phase_difference=summary.mean_phase_difference if summary else None,
         max_phase_difference=summary.max_phase_difference if summary else None,
@@ -361,4 +432,7 @@ def _job_result(r: _Outcome, ctl: ControllerCore) -> JobResult:
         control_periods=summary.periods if summary else 0,
         window_violations=summary.window_violations if summary else 0,
         overall_violations=summary.overall_violations if summary else 0,
+        wait=(adm.placed_at - spec.arrival) if adm.placed_at is not None else None,
+        state=state,
+        user=spec.user,
     )

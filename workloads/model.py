@@ -87,10 +87,14 @@ class Node:
     cores: float = 1.0
     memory_mb: float = 16384.0
     io_mbps: float = 1000.0
+    #: Labels placement constraints ask for (``labels`` of a subtask: all must be here).
+    labels: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("node.name: must be a non-empty string")
+        if not isinstance(self.labels, frozenset):
+            object.__setattr__(self, "labels", frozenset(self.labels))
         for attr in ("speed_mhz", "cores", "memory_mb", "io_mbps"):
             v = getattr(self, attr)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
@@ -111,19 +115,22 @@ class SubtaskSpec:
     ``work`` in Mcycles (job files give reference CPU-seconds at the 1 GHz standard;
     the loader multiplies by :data:`STANDARD_MHZ`). ``weight`` is the relative weight
     ``r_i`` (> 0). ``command`` is an argv list for the process executor, or ``None``
-    for the synthetic executor.
+    for the synthetic executor. ``labels``: labels the subtask's node must carry (all).
     """
 
     work: float
     weight: float = 1.0
     demand: Demand | None = None
     command: tuple[str, ...] | None = None
+    labels: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.work) or self.work <= 0:
             raise ValueError(f"work: must be a finite number > 0, got {self.work!r}")
         if not math.isfinite(self.weight) or self.weight <= 0:
             raise ValueError(f"weight: must be a finite number > 0, got {self.weight!r}")
+        if not isinstance(self.labels, frozenset):
+            object.__setattr__(self, "labels", frozenset(self.labels))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,10 +160,17 @@ class JobSpec:
     job_id: str = ""
     #: Node name a ``local`` job is pinned to (local jobs never travel).
     node: str | None = None
+    user: str = "default"
+    priority: int = 0
+    max_wait: float | None = None
 
     @property
     def n_subtasks(self) -> int:
         return len(self.subtasks) if self.subtasks else int(self.parallelism or 0)
+
+    def labels_of(self, index: int) -> frozenset[str]:
+        """Labels subtask ``index`` asks for (none for jobs given by ``parallelism``)."""
+        return self.subtasks[index].labels if self.subtasks else frozenset()
 
     @property
     def is_strict(self) -> bool:

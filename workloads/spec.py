@@ -8,10 +8,14 @@ meaning)::
     overall_deviation: 300   # s, strict only: the overall error window E_t
     asynchrony: 120          # s, strict only: the asynchrony window A_t
     duration: 1800           # optional target duration D_t, s
+    user: alice              # optional; default: the submitting OS user (CLI)
+    priority: 0              # optional integer; higher is placed first
+    max_wait: 3600           # optional, s: pending longer than this -> expired
     subtasks:                # never more subtasks than nodes (checked at submission)
       - {work: 1800, weight: 1}
       - {work: 3600, weight: 2, demand: {cpu: 1, memory_mb: 512, io_mbps: 5}}
       - {work: 3600, weight: 2, command: [python3, -c, "..."]}
+      - {work: 3600, labels: [fast]}   # only on nodes labelled fast
 
 or, instead of ``subtasks``, the job's total ``work``, total ``weight`` and
 ``parallelism: N`` (the global manager splits it into N subtasks).
@@ -59,8 +63,14 @@ JOB_KEYS: tuple[str, ...] = (
     "weight",
     "parallelism",
     "node",
+    "user",
+    "priority",
+    "max_wait",
 )
-SUBTASK_KEYS: tuple[str, ...] = ("work", "weight", "demand", "command")
+SUBTASK_KEYS: tuple[str, ...] = ("work", "weight", "demand", "command", "labels")
+
+#: The job's owner when a mapping names none (the CLI passes the OS user instead).
+DEFAULT_USER = "default"
 DEMAND_KEYS: tuple[str, ...] = ("cpu", "memory_mb", "io_mbps")
 
 #: The QoS classes a user may submit; ``local`` is node-local work, generated per node.
@@ -239,8 +249,28 @@ def _parse_command(value: object, src: str, path: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _parse_labels(value: object, src: str, path: str) -> frozenset[str]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise SpecError(
+            src, path, f"must be a list of label names (e.g. [fast, gpu]), got {_type_name(value)}"
+        )
+    out: set[str] = set()
+    for i, lab in enumerate(value):
+        if not isinstance(lab, str) or not lab.strip():
+            raise SpecError(
+                src, _join(path, i), f"a label must be a non-empty string, got {ascii(lab)}"
+            )
+        check_name(lab, src, _join(path, i))
+        if "," in lab or ":" in lab:
+            raise SpecError(
+                src, _join(path, i), f"a label must not contain ',' or ':', got {lab!r}"
+            )
+        out.add(lab)
+    return frozenset(out)
+
+
 def _parse_subtask(value: object, src: str, path: str) -> SubtaskSpec:
-    m = _mapping(value, src, path, "a subtask: work, weight, demand, command")
+    m = _mapping(value, src, path, "a subtask: work, weight, demand, command, labels")
     _check_keys(m, SUBTASK_KEYS, src, path)
     if "work" not in m:
         raise SpecError(src, _join(path, "work"), "missing (reference CPU-seconds at 1 GHz)")
@@ -252,7 +282,12 @@ def _parse_subtask(value: object, src: str, path: str) -> SubtaskSpec:
     command = None
     if "command" in m:
         command = _parse_command(m["command"], src, _join(path, "command"))
-    return SubtaskSpec(work=seconds_to_mcycles(work), weight=weight, demand=demand, command=command)
+    labels: frozenset[str] = frozenset()
+    if m.get("labels") is not None:
+        labels = _parse_labels(m["labels"], src, _join(path, "labels"))
+    return SubtaskSpec(
+        work=seconds_to_mcycles(work), weight=weight, demand=demand, command=command, labels=labels
+    )
 
 
 def _parse_qos(value: object, src: str, path: str, allow_local: bool) -> QosClass:
@@ -313,6 +348,7 @@ def parse_job(
     *,
     allow_local: bool = False,
     n_nodes: int | None = None,
+    default_user: str = DEFAULT_USER,
 ) -> JobSpec:
     """Validate one job mapping (from a file, the Python client or the live runtime).
 
@@ -321,8 +357,9 @@ def parse_job(
     ``allow_local`` admits ``qos: local`` with a ``node`` (generators and traces only).
     ``n_nodes``: the grid's node count when known; a job with more subtasks (or
     ``parallelism``) is refused before its subtasks are parsed (unknown: at most
-    :data:`MAX_SUBTASKS`). Work is converted from reference seconds to Mcycles. Raises
-    :class:`SpecError`.
+    :data:`MAX_SUBTASKS`). ``default_user``: the owner when the mapping names no ``user``
+    (the CLI passes the submitting OS user). Work is converted from reference seconds to
+    Mcycles. Raises :class:`SpecError`.
     """
     base = f"jobs[{index}]" if index is not None else ""
     src = source
@@ -363,6 +400,24 @@ def parse_job(
     arrival = 0.0
     if m.get("arrival") is not None:
         arrival = _non_negative(m["arrival"], src, f("arrival"), " s")
+
+    user = default_user
+    if "user" in m:
+        user = m["user"]
+        if not isinstance(user, str) or not user.strip():
+            raise SpecError(src, f("user"), f"must be a non-empty string, got {ascii(user)}")
+        check_name(user, src, f("user"))
+    priority = 0
+    if m.get("priority") is not None:
+        p = m["priority"]
+        if isinstance(p, bool) or not isinstance(p, int):
+            raise SpecError(
+                src, f("priority"), f"must be an integer (higher first), got {_type_name(p)} {p!r}"
+            )
+        priority = p
+    max_wait = None
+    if m.get("max_wait") is not None:
+        max_wait = _positive(m["max_wait"], src, f("max_wait"), " s")
 
     node = None
     if qos is QosClass.LOCAL:
@@ -434,6 +489,9 @@ def parse_job(
         total_weight=total_weight,
         arrival=arrival,
         node=node,
+        user=user,
+        priority=priority,
+        max_wait=max_wait,
     )
 
 
@@ -442,7 +500,8 @@ def job_to_dict(job: JobSpec) -> dict[str, Any]:
 
     ``parse_job(job_to_dict(j), allow_local=True) == j`` for every job without a
     ``job_id`` (the id is the global manager's, never part of a spec). ``arrival`` is
-    written only when non-zero, ``node`` only for local jobs.
+    written only when non-zero, ``node`` only for local jobs; ``user`` only when not
+    :data:`DEFAULT_USER`, ``priority`` when non-zero, ``max_wait`` and ``labels`` when set.
     """
     out: dict[str, Any] = {"name": job.name, "qos": job.qos.value}
     if job.overall_deviation is not None:
@@ -455,6 +514,12 @@ def job_to_dict(job: JobSpec) -> dict[str, Any]:
         out["arrival"] = job.arrival
     if job.node is not None:
         out["node"] = job.node
+    if job.user != DEFAULT_USER:
+        out["user"] = job.user
+    if job.priority:
+        out["priority"] = job.priority
+    if job.max_wait is not None:
+        out["max_wait"] = job.max_wait
     if job.subtasks:
         subs: list[dict[str, Any]] = []
         for s in job.subtasks:
@@ -467,6 +532,8 @@ def job_to_dict(job: JobSpec) -> dict[str, Any]:
                 }
             if s.command is not None:
                 d["command"] = list(s.command)
+            if s.labels:
+                d["labels"] = sorted(s.labels)
             subs.append(d)
         out["subtasks"] = subs
     else:
@@ -627,27 +694,34 @@ def _json_load(text: str, src: str) -> Any:
         ) from None
 
 
-def parse_document(data: object, source: str, n_nodes: int | None = None) -> list[JobSpec]:
+def parse_document(
+    data: object, source: str, n_nodes: int | None = None, default_user: str = DEFAULT_USER
+) -> list[JobSpec]:
     """Jobs from a parsed document: one job (a mapping) or a list of jobs. ``n_nodes``:
     the grid's node count when known; every job's subtask count is checked against it
     (or :data:`MAX_SUBTASKS`) before any job is parsed."""
     if data is None:
         raise SpecError(source, "", "empty file: expected a job (a mapping) or a list of jobs")
     if isinstance(data, Mapping):
-        return [parse_job(data, source, None, n_nodes=n_nodes)]
+        return [parse_job(data, source, None, n_nodes=n_nodes, default_user=default_user)]
     if isinstance(data, list):
         if not data:
             raise SpecError(source, "", "holds an empty list: expected at least one job")
         for i, item in enumerate(data):
             if isinstance(item, Mapping):
                 _precheck_count(item, n_nodes, source, f"jobs[{i}]")
-        return [parse_job(item, source, i, n_nodes=n_nodes) for i, item in enumerate(data)]
+        return [
+            parse_job(item, source, i, n_nodes=n_nodes, default_user=default_user)
+            for i, item in enumerate(data)
+        ]
     raise SpecError(
         source, "", f"expected a job (a mapping) or a list of jobs, got {_type_name(data)}"
     )
 
 
-def load_jobs(path: str | Path, n_nodes: int | None = None) -> list[JobSpec]:
+def load_jobs(
+    path: str | Path, n_nodes: int | None = None, default_user: str = DEFAULT_USER
+) -> list[JobSpec]:
     """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) file of one job or a list.
 
     Raises :class:`SpecError` (a :class:`coalloc.errors.UserError`) naming the file, the
@@ -660,7 +734,7 @@ def load_jobs(path: str | Path, n_nodes: int | None = None) -> list[JobSpec]:
         path, "a job (a mapping) or a list of jobs",
         count_subtasks=lambda count, field: _check_count(count, n_nodes, src, field, True),
     )
-    return parse_document(data, src, n_nodes)
+    return parse_document(data, src, n_nodes, default_user)
 
 
 def read_document(
