@@ -44,7 +44,15 @@ from global_manager.flow_placement import (
 )
 from global_manager.flow_placement import place_pending as flow_place_pending
 from global_manager.policies import Policy
-from workloads.model import Demand, JobSpec, Node, QosClass, Subtask
+from workloads.model import (
+    Demand,
+    JobSpec,
+    Node,
+    QosClass,
+    Subtask,
+    subtask_from_dict,
+    subtask_to_dict,
+)
 
 
 class QueueMode(str, Enum):
@@ -703,7 +711,7 @@ class GlobalManagerCore:
                     "arrival": j.arrival,
                     "running": sorted(j.running),
                     "cancelled": j.cancelled,
-                    "subtasks": [_subtask_to_dict(s) for s in j.subtasks],
+                    "subtasks": [subtask_to_dict(s) for s in j.subtasks],
                 }
                 for j in self.jobs.values()
             ],
@@ -727,29 +735,10 @@ class GlobalManagerCore:
                 JobSpec(name=str(j["name"]), qos=qos, job_id=str(j["job_id"])),
                 str(j["job_id"]),
                 float(j["arrival"]),
-                tuple(_subtask_from_dict(s) for s in j["subtasks"]),
+                tuple(subtask_from_dict(s) for s in j["subtasks"]),
                 {int(i) for i in j["running"]},
                 bool(j["cancelled"]),
             )
-
-
-def _subtask_to_dict(s: Subtask) -> dict[str, Any]:
-    """A placed subtask as JSON-able data (enums as values, tuples as lists)."""
-    d = {f: getattr(s, f) for f in Subtask.__dataclass_fields__}
-    d["qos"] = s.qos.value
-    d["demand"] = {f: getattr(s.demand, f) for f in Demand.__dataclass_fields__}
-    d["command"] = list(s.command) if s.command is not None else None
-    return d
-
-
-def _subtask_from_dict(d: Mapping[str, Any]) -> Subtask:
-    """The inverse of :func:`_subtask_to_dict`."""
-    fields = dict(d)
-    fields["qos"] = QosClass(fields["qos"])
-    fields["demand"] = Demand(**fields["demand"])
-    if fields.get("command") is not None:
-        fields["command"] = tuple(fields["command"])
-    return Subtask(**fields)
 
 
 def _check_split_totals(spec: JobSpec) -> str:

@@ -68,7 +68,7 @@ from local_manager.scheduler import CycleResult, LocalScheduler
 from runtime.config import ExecutorKind, RuntimeConfig
 from runtime.timebase import ModelClock, boundary_index
 from workloads.atomic import atomic_write_json
-from workloads.model import Demand, Node, QosClass, Subtask
+from workloads.model import Node, Subtask, subtask_from_dict, subtask_to_dict
 
 #: Version of the local manager checkpoint's layout.
 CHECKPOINT_VERSION = 1
@@ -286,7 +286,7 @@ class NodeRuntime:
             for h in data.get("history", []):
                 self._history[(str(h["job_id"]), int(h["index"]))] = dict(h)
             for d in data["subtasks"]:
-                s = _subtask_from(d["subtask"])
+                s = subtask_from_dict(d["subtask"])
                 kind = ExecutorKind(d["kind"])
                 rec = _Record(s, kind, float(d["start"]))
                 self._records[s.key] = rec
@@ -712,22 +712,10 @@ class NodeRuntime:
 def _subtask_dict(placed: Subtask, live: Subtask) -> dict[str, Any]:
     """A subtask as JSON-able data: placement from ``placed``, the changing fields (work
     done, weights, rate cap) from the scheduler's ``live`` copy."""
-    d = {f: getattr(placed, f) for f in Subtask.__dataclass_fields__}
+    d = subtask_to_dict(placed)
     for f in ("done_work", "weight", "virtual_weight", "rate_cap"):
         d[f] = getattr(live, f)
-    d["qos"] = placed.qos.value
-    d["demand"] = {f: getattr(placed.demand, f) for f in Demand.__dataclass_fields__}
-    d["command"] = list(placed.command) if placed.command is not None else None
     return d
-
-
-def _subtask_from(d: dict[str, Any]) -> Subtask:
-    fields = dict(d)
-    fields["qos"] = QosClass(fields["qos"])
-    fields["demand"] = Demand(**fields["demand"])
-    if fields.get("command") is not None:
-        fields["command"] = tuple(fields["command"])
-    return Subtask(**fields)
 
 
 def _default_process_factory(argv: tuple[str, ...], speed_mhz: float, output: Path | None) -> Any:
