@@ -24,6 +24,19 @@ from typing import Any
 
 from coalloc.errors import UserError
 
+
+def submitting_user() -> str:
+    """The job files' default ``user``: the OS user running the command (the spec's
+    default, ``default``, where the OS cannot name one, e.g. a uid with no passwd entry)."""
+    import getpass
+
+    from workloads.spec import DEFAULT_USER
+
+    try:
+        return getpass.getuser() or DEFAULT_USER
+    except (KeyError, OSError):
+        return DEFAULT_USER
+
 #: Real seconds between two polls of ``wait``.
 POLL_S = 0.2
 #: Real seconds a call keeps retrying while the global manager is restarting (Ray
@@ -97,7 +110,7 @@ class Client:
         n_nodes = int(self.deployment()["n_nodes"])
         if isinstance(spec, (str, Path)):
             source = str(spec)
-            jobs = load_jobs(spec, n_nodes)
+            jobs = load_jobs(spec, n_nodes, default_user=submitting_user())
         elif isinstance(spec, JobSpec):
             jobs = [spec]
         elif isinstance(spec, Mapping):
@@ -107,7 +120,7 @@ class Client:
             if all(isinstance(j, JobSpec) for j in items):
                 jobs = items
             else:
-                jobs = parse_document(items, source, n_nodes)
+                jobs = parse_document(items, source, n_nodes, default_user=submitting_user())
         else:
             raise UserError(
                 f"spec: expected a job mapping, a JobSpec or a file path, got {type(spec).__name__}"

@@ -240,8 +240,12 @@ def simulate(
                     nxt = min(nxt, expiry)
                 if not math.isfinite(nxt):
                     break
-                # Idle grid: jump to the cycle boundary at or after the next event.
-                clock.set(max(now + (q if nxt <= now else 0.0), math.ceil(nxt / q) * q))
+                # Idle grid: jump to the cycle boundary at or after the next event (for a
+                # subnormal time nxt / q underflows to 0: step once more so it is reached).
+                boundary = math.ceil(nxt / q) * q
+                if boundary < nxt:
+                    boundary += q
+                clock.set(max(now + (q if nxt <= now else 0.0), boundary))
                 continue
             if cfg.max_time is not None and now >= cfg.max_time:
                 break

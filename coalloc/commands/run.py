@@ -56,7 +56,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from coalloc.client import connect
+    from coalloc.client import connect, submitting_user
     from runtime.config import GLOBAL_NAME
     from runtime.deploy import connect_ray, deploy, find_actor, teardown
     from runtime.nodes import parse_nodes_spec
@@ -66,7 +66,7 @@ def run_run(args: argparse.Namespace) -> int:
     # A bad file fails before Ray starts; with --nodes the node count is known, and a job
     # with more subtasks is refused before they are parsed.
     n_nodes = len(parse_nodes_spec(args.nodes, args.seed)) if args.nodes else None
-    jobs = load_jobs(args.file, n_nodes)
+    jobs = load_jobs(args.file, n_nodes, default_user=submitting_user())
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

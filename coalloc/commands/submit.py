@@ -25,12 +25,13 @@ def register(subparsers: Any) -> None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from coalloc.client import connect, recorded_node_count
+    from coalloc.client import connect, recorded_node_count, submitting_user
     from workloads.spec import load_jobs
 
     # A bad file fails before any cluster is contacted; the node count recorded by up
     # (if any) refuses a job with more subtasks than nodes before they are parsed.
-    load_jobs(args.file, recorded_node_count(args.address))
+    load_jobs(args.file, recorded_node_count(args.address),
+              default_user=submitting_user())
     client = connect(args.address)
     answers = client.submit_all(args.file)
     rejected = 0

@@ -36,3 +36,19 @@ def test_help_exits_cleanly(capsys) -> None:
         cli.main(["--help"])
     assert exc.value.code == 0
     assert "co-allocation" in capsys.readouterr().out
+
+
+def test_the_submitting_user_is_the_os_user_or_the_default(monkeypatch) -> None:
+    import getpass
+
+    from coalloc.client import submitting_user
+    from workloads.spec import DEFAULT_USER
+
+    monkeypatch.setattr(getpass, "getuser", lambda: "alice")
+    assert submitting_user() == "alice"
+
+    def no_user() -> str:
+        raise KeyError("getpwuid(): uid not found: 4242")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    assert submitting_user() == DEFAULT_USER
