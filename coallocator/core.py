@@ -350,13 +350,15 @@ class ControllerCore:
         if not jobs:
             return limit
 
-        pace = self.config.mode is ControlMode.PACE
+        # Pace control's decisions also need the nodes' slack; no weight moves while the
+        # search runs, so it is computed once.
+        slack = self.node_slack() if self.config.mode is ControlMode.PACE else None
 
         def quiet(p: int) -> bool:
             dt = p * period
             t_r = now + dt
-            if pace:
-                return self._pace_quiet(jobs, t_r, dt)
+            if slack is not None:
+                return self._pace_quiet(jobs, t_r, dt, slack)
             for j in jobs:
                 tvs = [s.virtual_time + s.clock_rate * dt for s in j.subtasks if not s.done]
                 mean = sum(tvs) / len(tvs)
@@ -377,7 +379,9 @@ class ControllerCore:
                 hi = mid
         return lo
 
-    def _pace_quiet(self, jobs: list[_JobTrack], t_r: float, dt: float) -> bool:
+    def _pace_quiet(
+        self, jobs: list[_JobTrack], t_r: float, dt: float, slack: Mapping[str, float]
+    ) -> bool:
         """Whether pace control would change nothing at ``t_r`` (s) if every virtual clock
         kept its last rate for ``dt`` more seconds. Each test it makes (a rate cap within
         its deadband, a job within its overall window) is the absolute value of a linear
@@ -392,8 +396,7 @@ class ControllerCore:
             for j in jobs
         )
         reply = control(
-            ControlRequest(t_r, states, self.node_slack(), self.period_length or 0.0),
-            self.config,
+            ControlRequest(t_r, states, slack, self.period_length or 0.0), self.config
         )
         return not any(d.changes for d in reply.decisions)
 

@@ -423,7 +423,7 @@ class LocalScheduler:
 
         lent = 0.0
         if self.config.virtual_mode is VirtualSubtaskMode.WORK_CONSERVING and virtual_idle > 0:
-            lent = self._lend_to_best_effort(
+            lent = self._lend(
                 by_queue[QueueName.BEST_EFFORT], virtual_idle, cap, granted
             )
             virtual_idle -= lent
@@ -435,7 +435,7 @@ class LocalScheduler:
         if borrow:
             idle = capacity - sum(queue_cpu.values()) - lent
             if idle > 1e-9 * capacity:
-                lent += self._lend_to_best_effort(by_queue[QueueName.QOS], idle, cap, granted)
+                lent += self._lend(by_queue[QueueName.QOS], idle, cap, granted)
 
         available: dict[tuple[str, int], float] | None = None
         if uncapped:
@@ -550,13 +550,14 @@ class LocalScheduler:
         return out
 
     @staticmethod
-    def _lend_to_best_effort(
+    def _lend(
         members: list[_Entry],
         spare: float,
         cap: Mapping[tuple[str, int], float],
         granted: dict[tuple[str, int], float],
     ) -> float:
-        """Give up to ``spare`` Mcycles of virtual-subtask share to unmet best-effort demand."""
+        """Give up to ``spare`` Mcycles to the unmet demand of ``members`` (one queue's
+        entries), by their weights; returns what was given."""
         if not members:
             return 0.0
         unmet = [max(0.0, cap[e.subtask.key] - granted.get(e.subtask.key, 0.0)) for e in members]
@@ -591,7 +592,7 @@ class LocalScheduler:
         lent = 0.0
         for q, amount in zip(targets, split):
             if amount > 0:
-                lent += self._lend_to_best_effort(by_queue[q], amount, cap, granted)
+                lent += self._lend(by_queue[q], amount, cap, granted)
         return lent
 
     # ------------------------------------------------------------- fast forward

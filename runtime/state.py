@@ -15,13 +15,13 @@ only (0600). It holds no keys: the runtime's CURVE keys live only in the actors.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from coalloc.errors import UserError
 from runtime.config import coalloc_home
+from workloads.atomic import atomic_write_bytes
 
 STATE_VERSION = 1
 
@@ -87,24 +87,7 @@ def save_state(state: DeploymentState, path: Path | None = None) -> Path:
     d = asdict(state)
     d["actors"] = list(state.actors)
     data = (json.dumps(d, indent=2, sort_keys=True) + "\n").encode("utf-8")
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # O_CREAT's mode only applies to a new file
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(p.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return p
+    return atomic_write_bytes(p, data, mode=0o600)
 
 
 def clear_state(path: Path | None = None) -> None:

@@ -191,12 +191,12 @@ def run_cell(cell: Cell) -> Row:
     top-level so that worker processes can import it)."""
     from global_manager.policies import get_policy
     from global_manager.simulator import SimConfig, simulate
-    from workloads.generator import PaperWorkloadParams, generate
+    from workloads.generator import Calibration, PaperWorkloadParams, generate
 
     start = time.perf_counter()
     workload = generate(
         PaperWorkloadParams(nodes=cell.nodes, mean_interarrival=cell.lam, jobs=cell.jobs,
-                            calibration=cell.calibration,  # type: ignore[arg-type]
+                            calibration=Calibration(cell.calibration),
                             rate_per_weight=cell.rate_per_weight),
         seed=cell.seed,
     )
@@ -583,21 +583,28 @@ def _percent(flag: str, text: str) -> float:
     return value
 
 
-def _policy_list(text: str) -> list[str]:
+def registry_list(flag: str, text: str, registry: Any, item: str) -> list[str]:
+    """The comma-separated names of ``flag``, each registered in ``registry`` (a
+    :class:`global_manager.registry.Registry`): an unknown one is a one-line error with a
+    did-you-mean."""
     import difflib
 
-    from global_manager.policies import policies
-
-    known = policies.names()
+    known = registry.names()
 
     def check(name: str) -> str:
-        if name not in policies:
+        if name not in registry:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean '{close[0]}'?" if close else "known: " + ", ".join(known)
-            raise UserError(f"--policies: unknown policy {name!r}; {hint}")
+            raise UserError(f"{flag}: unknown {item} {name!r}; {hint}")
         return name
 
-    return _list_flag("--policies", text, check, "policy")
+    return _list_flag(flag, text, check, item)
+
+
+def _policy_list(text: str) -> list[str]:
+    from global_manager.policies import policies
+
+    return registry_list("--policies", text, policies, "policy")
 
 
 def handler(args: argparse.Namespace) -> int:

@@ -49,10 +49,10 @@ from coalloc.experiments.paper import (
     _float_list,
     _int_list,
     _lam_text,
-    _list_flag,
     _mean,
     _percentile,
     cell_seed,
+    registry_list,
 )
 from coalloc.flags import int_flag, seconds_flag
 
@@ -314,20 +314,9 @@ def format_table(rows: Sequence[Row]) -> str:
 
 
 def _placement_list(text: str) -> list[str]:
-    import difflib
-
     from global_manager.admission import placement_policies
 
-    known = placement_policies.names()
-
-    def check(name: str) -> str:
-        if name not in placement_policies:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else "known: " + ", ".join(known)
-            raise UserError(f"--placements: unknown placement {name!r}; {hint}")
-        return name
-
-    return _list_flag("--placements", text, check, "placement")
+    return registry_list("--placements", text, placement_policies, "placement")
 
 
 def handler(args: argparse.Namespace) -> int:
