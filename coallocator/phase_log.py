@@ -59,6 +59,9 @@ class SummaryRecord:
     #: window ``E_t`` (0 for jobs without windows).
     window_violations: int = 0
     overall_violations: int = 0
+    #: Why a job that did not complete ended (cancelled, failed, requeued after a node
+    #: was lost); empty for a completed job.
+    reason: str = ""
     type: str = "summary"
 
 

@@ -32,6 +32,17 @@ class QosClass(str, Enum):
     LOCAL = "local"
 
 
+class EndPolicy(str, Enum):
+    """What happens to a running job when one of its subtasks cannot go on: its node is
+    lost (``on_node_loss``) or its process fails (``on_failure``). The whole gang is
+    always stopped first (never a half-dead gang); then the job is ``requeue``-d on a new
+    placement (synthetic work from the gang's last common progress, commands from the
+    start) or it ``fail``-s with the reason."""
+
+    REQUEUE = "requeue"
+    FAIL = "fail"
+
+
 class QueueName(str, Enum):
     """The three queues of a local manager (DESIGN §3)."""
 
@@ -164,6 +175,21 @@ class JobSpec:
     user: str = "default"
     priority: int = 0
     max_wait: float | None = None
+    #: On the loss of a node under a running subtask; None: ``requeue`` when every
+    #: subtask is synthetic, ``fail`` when any runs a command.
+    on_node_loss: EndPolicy | None = None
+    #: When a subtask's process fails (a command exiting non-zero, killed).
+    on_failure: EndPolicy = EndPolicy.FAIL
+    #: Runs at most (the first one and its requeues) before a requeue becomes a failure.
+    max_attempts: int = 3
+
+    def node_loss_policy(self) -> EndPolicy:
+        """``on_node_loss``, or its default for this job's executors."""
+        if self.on_node_loss is not None:
+            return self.on_node_loss
+        if any(s.command for s in self.subtasks):
+            return EndPolicy.FAIL
+        return EndPolicy.REQUEUE
 
     @property
     def n_subtasks(self) -> int:
