@@ -175,6 +175,34 @@ def to_json_line(record: PeriodRecord | SummaryRecord) -> str:
 _KEEP_NONE = frozenset({"completion_skew", "turnaround"})
 
 
+def drop_torn_tail(path: Path) -> int:
+    """Cut a record a crashed writer left half-written at the end of ``path`` (bytes after
+    the last newline), so that a writer appending after a restart (a restarted
+    controller) does not glue its first record to it. Returns the bytes removed."""
+    try:
+        with path.open("rb+") as f:
+            size = f.seek(0, 2)
+            if size == 0:
+                return 0
+            pos = size
+            while pos > 0:
+                step = min(65536, pos)
+                f.seek(pos - step)
+                chunk = f.read(step)
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    keep = pos - step + nl + 1
+                    break
+                pos -= step
+            else:
+                keep = 0
+            if keep < size:
+                f.truncate(keep)
+            return size - keep
+    except FileNotFoundError:
+        return 0
+
+
 class PhaseLogWriter:
     """Appends records to a JSON Lines file (or any text stream)."""
 
@@ -182,6 +210,7 @@ class PhaseLogWriter:
         if isinstance(target, (str, Path)):
             path = Path(target)
             path.parent.mkdir(parents=True, exist_ok=True)
+            drop_torn_tail(path)
             self._stream: IO[str] = path.open("a", encoding="utf-8")
             self._owned = True
         else:
