@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from clocks.virtual import VirtualClock
-from coallocator.messages import ProgressReport
 from fairness.drf import drf
 from fairness.single import water_fill
+from workloads.messages import ProgressReport
 from workloads.model import Node, QosClass, QueueName, Subtask, queue_of
 
 DEFAULT_QUEUE_WEIGHTS: Mapping[QueueName, float] = {
