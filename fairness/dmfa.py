@@ -1,7 +1,7 @@
 """DMFA-SRQ: dynamic multi-resource fair allocation based on shared resource quantity.
 
-The seed (``dmfa-srq-dynamic-fair-allocation.txt``; ``DESIGN.md`` §4) and its conventions as
-this module reads them:
+The seed (``dmfa-srq-dynamic-fair-allocation.txt``; ``docs/model.md`` §4, "DMFA-SRQ") and
+its conventions as this module reads them:
 
 * There are ``m`` resources; each resource's **pool is 1** (all quantities below are
   fractions of a pool). User ``i`` states a per-task demand vector ``D_i``: ``D_ij`` is the

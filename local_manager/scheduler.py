@@ -1,4 +1,4 @@
-"""The per-node local scheduler core (LRMS), DESIGN §3 "Local scheduler".
+"""The per-node local scheduler core (LRMS), ``docs/model.md`` §3, "Local scheduler".
 
 No I/O and no wall clock: the driver (simulator or live actor) calls :meth:`LocalScheduler.step`
 once per scheduling cycle with the real time at the end of the cycle.
@@ -64,7 +64,8 @@ WORK_EPSILON = 1e-6
 
 
 class VirtualSubtaskMode(str, Enum):
-    """What happens to the CPU share a virtual subtask wins (DESIGN §3, step 5)."""
+    """What happens to the CPU share a virtual subtask wins (``docs/model.md`` §3,
+    "Controller", step 5)."""
 
     IDLE = "idle"
     WORK_CONSERVING = "work_conserving"
