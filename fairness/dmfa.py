@@ -194,11 +194,6 @@ class DmfaSrq:
         return self._m
 
     @property
-    def total_share(self) -> float:
-        """``W_k``: the sum of the present users' shares (fraction of each pool)."""
-        return self._total_share
-
-    @property
     def levels(self) -> tuple[float, ...]:
         """``M_1, ..., M_k``: the LP optimum after each arrival so far."""
         return tuple(self._levels)
