@@ -1,5 +1,5 @@
 """The phase-difference log: JSON Lines, one record per job per control period and one
-summary record per job (DESIGN §3 "Phase difference").
+summary record per job (``docs/model.md`` §3, "Phase difference").
 
 Period record (``"type": "period"``): ``job``, ``period`` (k), ``real_time`` (s),
 ``mean_virtual`` (s), ``phase_difference`` (s), ``window`` (none | overall_behind |

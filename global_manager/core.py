@@ -1,9 +1,10 @@
 """The global grid resource manager's core (GGRMS): job table, expected rates,
 admission and all-or-nothing placement. No I/O, no clock reads: ``now`` is passed in.
 
-Expected rate (DESIGN §3): subtask ``i`` of job ``t`` gets ``x_i = r_i * u_t`` Mcycles/s,
-where ``u_t`` is the grid's ``rate_per_weight`` (Mcycles/s per weight unit) or, for a job
-with a target duration ``D_t``, ``max_i(w_i / r_i) / D_t``.
+Expected rate (``docs/model.md`` §3, "Expected rate"): subtask ``i`` of job ``t`` gets
+``x_i = r_i * u_t`` Mcycles/s, where ``u_t`` is the grid's ``rate_per_weight``
+(Mcycles/s per weight unit) or, for a job with a target duration ``D_t``,
+``max_i(w_i / r_i) / D_t``.
 
 Jobs given as ``parallelism: N`` with total work ``W`` and total weight ``R`` are split on
 the ``N`` nodes the placement policy ranks first: node ``j`` gets weight
@@ -503,17 +504,17 @@ class GlobalManagerCore:
             del self.pending[rec.job_id]
             works, weights, rates = self._shape(rec.spec)
             placed.append(self._start(rec.job_id, rec.spec, now, works, weights, rates, nodes))
-        hid = reply.reserved_for
-        if self._drain is None and hid is not None and hid in self.pending:
-            spec = self.pending[hid].spec
+        rid = reply.reserved_for
+        if self._drain is None and rid is not None and rid in self.pending:
+            spec = self.pending[rid].spec
             _, _, rates = self._shape(spec)
             # The nodes that drain first: least committed, then by name.
             order_n = sorted(self.nodes, key=lambda n: (self.committed[n], n))
             whole = {n: self.budget(n) for n in order_n}
             nodes = self._assign(spec, rates, whole, tuple(order_n))
             if nodes is not None:
-                self._drain = (hid, tuple(sorted(set(nodes))))
-                self.pending[hid].reasons = (PendingReason(
+                self._drain = (rid, tuple(sorted(set(nodes))))
+                self.pending[rid].reasons = (PendingReason(
                     ReasonKind.RESERVED,
                     f"holds nodes {', '.join(self._drain[1])}: placed there once the jobs "
                     "running on them finish",

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from global_manager.config import SimConfig
 from global_manager.core import QueueMode
 from global_manager.policies import Policy, get_policy, policies
-from global_manager.simulator import SimConfig
 
 #: Ray namespace every coalloc actor lives in.
 NAMESPACE = "coalloc"

@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from coalloc.errors import UserError, escape_controls, is_unprintable
+from workloads.errors import UserError, escape_controls, is_unprintable
 from workloads.model import STANDARD_MHZ, Demand, EndPolicy, JobSpec, QosClass, SubtaskSpec
 
 #: Keys of a job mapping. ``node`` is accepted only for ``local`` jobs (generators,

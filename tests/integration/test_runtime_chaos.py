@@ -11,7 +11,6 @@ polls with a deadline; nothing asserts a duration.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from pathlib import Path

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ntp_responder import NtpResponder
 
-from clocks.ntp_responder import NtpResponder
 from coalloc import cli
 from coallocator.messages import ProgressReport
 from coallocator.wire import encode_report
