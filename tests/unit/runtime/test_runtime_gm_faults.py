@@ -27,6 +27,7 @@ class Faulty:
         self.inner = inner
         self.refuse: set[str] = set()
         self.controller_down = False
+        self.refuse_next_placed = 0
         self.placed: list[tuple[str, str]] = []
         self.cancelled: list[tuple[str, tuple[str, ...], str]] = []
 
@@ -36,6 +37,11 @@ class Faulty:
         self.inner.register(*args)
 
     def place(self, node: str, subtasks: list[Any], start: float) -> None:
+        if self.refuse_next_placed:
+            # The second node a run is placed on: one node was reached before it.
+            self.refuse_next_placed -= 1
+            if not self.refuse_next_placed:
+                self.refuse.add(node)
         if node in self.refuse:
             raise ConnectionError(f"{node} gone")
         self.placed.append((node, subtasks[0].job_id))
@@ -237,24 +243,27 @@ def test_a_dispatch_that_cannot_reach_a_node_leaves_nothing_placed(
     tmp_path: Path, queue: str
 ) -> None:
     g = Grid(tmp_path, queue=queue)
-    g.dispatch.refuse.add("n2")  # the node placement picks first for a light job
+    g.dispatch.refuse_next_placed = 2
     (a,) = g.gm.submit([_three()])
     job = a["job_id"]
-    assert "n2" in g.gm.core.down
+    (dead,) = g.dispatch.refuse
+    assert g.gm.core.down == {dead}
     stop = [c for c in g.dispatch.cancelled if c[0] == job]
     assert stop and stop[0][2].startswith("dispatch failed")
     reached = set(stop[0][1])
+    assert len(reached) == 1 and dead not in reached
     for name in reached:
-        assert not [s for s in g.loop.nodes[name].snapshot()["subtasks"] if s["job_id"] == job]
+        assert [s["state"] for s in g.loop.nodes[name].snapshot()["subtasks"]
+                if s["job_id"] == job] == ["cancelled"]
     if queue == "reject":
         assert not a["admitted"] and not a["pending"]
-        assert "the local manager of node n2 is unreachable" in a["reason"]
+        assert f"the local manager of node {dead} is unreachable" in a["reason"]
         assert all(v == 0.0 for v in g.gm.core.committed.values())
         return
     # Back in the queue: the next cycle places it on the nodes that answer.
     g.step(1)
     info = g.gm.jobs[job]
-    assert info.state is JobState.RUNNING and "n2" not in [s["node"] for s in info.subtasks]
+    assert info.state is JobState.RUNNING and dead not in [s["node"] for s in info.subtasks]
     assert info.run_id == f"{job}.2"
     g.run_until(lambda: g.state(job) == "completed")
 
