@@ -78,6 +78,11 @@ def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None)
         "(anyone who reaches the controller's ports can send reports); status says so",
     )
     parser.add_argument(
+        "--placement", default="flow", metavar="NAME",
+        help="placement policy: flow (min-cost flow over the pending queue: gangs, fair "
+        "shares between users, labels, priority, waiting; default), least_loaded, random",
+    )
+    parser.add_argument(
         "--queue", choices=("wait", "reject"), default="wait",
         help="a strict job that does not fit at once: wait in the pending queue until it "
         "fits (default), or reject it (the paper's behaviour)",
@@ -123,6 +128,7 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             core_mhz=args.core_mhz,
             insecure=bool(getattr(args, "insecure", False)),
             queue=getattr(args, "queue", "wait"),
+            placement=getattr(args, "placement", "flow"),
             node_timeout=getattr(args, "node_timeout", 50),
         )
     except ValueError as exc:
