@@ -30,10 +30,11 @@ from clocks.base import ManualClock
 from coallocator.core import ControllerCore
 from coallocator.phase_log import PeriodRecord, SummaryRecord, to_json_line
 from global_manager.config import SimConfig
-from global_manager.core import Admission, GlobalConfig, GlobalManagerCore, JobState, QueueMode
+from global_manager.core import Admission, GlobalConfig, GlobalManagerCore, QueueMode
 from global_manager.policies import Policy, get_policy
 from local_manager.scheduler import CycleResult, LocalScheduler
-from workloads.model import JobSpec, QosClass, QueueName, Workload
+from workloads.messages import JobRegistration
+from workloads.model import JobPhase, JobSpec, QosClass, QueueName, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,14 +341,7 @@ def _start(
     for s in adm.subtasks:
         schedulers[s.node].add(s, now)
     if spec.qos in (QosClass.STRICT, QosClass.LOOSE):
-        ctl.register_job(
-            adm.job_id,
-            spec.qos,
-            now,
-            [(s.index, s.node, s.expected_rate) for s in adm.subtasks],
-            spec.overall_deviation,
-            spec.asynchrony,
-        )
+        ctl.register_job(JobRegistration.of(adm.job_id, spec, now, adm.subtasks))
     return len(adm.subtasks)
 
 
@@ -355,15 +349,15 @@ def _job_result(r: _Outcome, ctl: ControllerCore, gm: GlobalManagerCore) -> JobR
     spec, adm = r.spec, r.admission
     summary = ctl.summaries.get(adm.job_id)
     if r.completed_at is not None:
-        state = JobState.COMPLETED.value
+        state = JobPhase.COMPLETED.value
     elif adm.admitted:
-        state = JobState.RUNNING.value
+        state = JobPhase.RUNNING.value
     elif adm.job_id in gm.pending:
-        state = JobState.PENDING.value
+        state = JobPhase.PENDING.value
     else:
-        state = gm.closed.get(adm.job_id, JobState.REJECTED).value
+        state = gm.closed.get(adm.job_id, JobPhase.REJECTED).value
     reason = adm.reason
-    if state == JobState.PENDING.value:
+    if state == JobPhase.PENDING.value:
         reason = "; ".join(x.message for x in gm.pending_reasons(adm.job_id))
     return JobResult(
         job_id=adm.job_id,

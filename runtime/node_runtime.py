@@ -56,8 +56,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -68,6 +66,7 @@ from local_manager.scheduler import CycleResult, LocalScheduler
 from runtime.config import ExecutorKind, RuntimeConfig
 from runtime.timebase import ModelClock, boundary_index
 from workloads.atomic import atomic_write_json
+from workloads.messages import SubtaskOutcome, SubtaskPhase
 from workloads.model import Node, Subtask, subtask_from_dict, subtask_to_dict
 
 #: Version of the local manager checkpoint's layout.
@@ -92,28 +91,6 @@ class CommandSource(Protocol):
     ``poll`` returns what has arrived without blocking."""
 
     def poll(self) -> list[ReweightCommand]: ...
-
-
-class SubtaskState(str, Enum):
-    PENDING = "pending"  # submitted, waiting for its start boundary
-    RUNNING = "running"
-    FINISHED = "finished"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-@dataclass(frozen=True, slots=True)
-class SubtaskOutcome:
-    """A subtask left the node: finished (``ok``), failed or cancelled. ``finish_time`` in
-    model s; ``exit_code`` for process subtasks; ``reason`` says why it failed."""
-
-    job_id: str
-    index: int
-    node: str
-    state: SubtaskState
-    finish_time: float
-    exit_code: int | None = None
-    reason: str = ""
 
 
 FinishFn = Callable[[SubtaskOutcome], None]
@@ -150,7 +127,7 @@ class _Record:
     def __init__(self, subtask: Subtask, kind: ExecutorKind, start: float) -> None:
         self.subtask = subtask
         self.kind = kind
-        self.state = SubtaskState.PENDING
+        self.state = SubtaskPhase.PENDING
         self.exit_code: int | None = None
         self.reason = ""
         self.start = start
@@ -236,7 +213,7 @@ class NodeRuntime:
         with self._lock:
             subtasks = []
             for key, rec in self._records.items():
-                if rec.state not in (SubtaskState.PENDING, SubtaskState.RUNNING):
+                if rec.state not in (SubtaskPhase.PENDING, SubtaskPhase.RUNNING):
                     continue
                 s = self.scheduler.get(key) or rec.subtask
                 d: dict[str, Any] = {
@@ -291,10 +268,10 @@ class NodeRuntime:
                 rec = _Record(s, kind, float(d["start"]))
                 self._records[s.key] = rec
                 n += 1
-                if d["state"] == SubtaskState.PENDING.value:
+                if d["state"] == SubtaskPhase.PENDING.value:
                     self._pending.setdefault(float(d["start"]), []).append(s)
                     continue
-                rec.state = SubtaskState.RUNNING
+                rec.state = SubtaskPhase.RUNNING
                 tv = float(d.get("virtual_time", d["start"]))
                 if kind is ExecutorKind.PROCESS:
                     self.scheduler.add(dataclasses.replace(s, work=math.inf), float(d["start"]))
@@ -485,7 +462,7 @@ class NodeRuntime:
             self.scheduler.remove(key)
             rec = self._records.get(key)
             if rec is not None:
-                rec.state, rec.finish = SubtaskState.FINISHED, b
+                rec.state, rec.finish = SubtaskPhase.FINISHED, b
                 finished.append(SubtaskOutcome(key[0], key[1], self.node.name, rec.state, b))
         reports = list(result.reports)
         if self._procs:
@@ -522,12 +499,12 @@ class NodeRuntime:
         code = run.executor.exit_code if run.executor is not None else None
         rec.exit_code, rec.finish, rec.measured = code, b, run.measured
         if code == 0 and run.failure is None:
-            rec.state = SubtaskState.FINISHED
+            rec.state = SubtaskPhase.FINISHED
         elif code is None and run.reattached and run.failure is None:
-            rec.state = SubtaskState.FINISHED
+            rec.state = SubtaskPhase.FINISHED
             rec.reason = "re-attached after a local manager restart; exit status unknown"
         else:
-            rec.state = SubtaskState.FAILED
+            rec.state = SubtaskPhase.FAILED
             rec.reason = run.failure or f"command exited with status {code}"
         if run.executor is not None:
             run.executor.close()
@@ -588,7 +565,7 @@ class NodeRuntime:
 
     def _start(self, s: Subtask, b: float) -> None:
         rec = self._records.get(s.key)
-        if rec is None or rec.state is not SubtaskState.PENDING:
+        if rec is None or rec.state is not SubtaskPhase.PENDING:
             return  # cancelled while pending
         rec.start = b
         if rec.kind is ExecutorKind.PROCESS:
@@ -613,11 +590,11 @@ class NodeRuntime:
             self._procs[s.key] = run
         else:
             self.scheduler.add(s, b)
-        rec.state = SubtaskState.RUNNING
+        rec.state = SubtaskPhase.RUNNING
 
     def _cancel(self, job_id: str, b: float) -> None:
         for key, rec in list(self._records.items()):
-            if key[0] != job_id or rec.state not in (SubtaskState.PENDING, SubtaskState.RUNNING):
+            if key[0] != job_id or rec.state not in (SubtaskPhase.PENDING, SubtaskPhase.RUNNING):
                 continue
             run = self._procs.pop(key, None)
             if run is not None:
@@ -626,7 +603,7 @@ class NodeRuntime:
                 run.executor.close()
                 rec.exit_code = run.executor.exit_code
             self.scheduler.remove(key)
-            rec.state, rec.finish = SubtaskState.CANCELLED, b
+            rec.state, rec.finish = SubtaskPhase.CANCELLED, b
         for start, subs in list(self._pending.items()):
             self._pending[start] = [s for s in subs if s.job_id != job_id]
             if not self._pending[start]:
@@ -646,8 +623,8 @@ class NodeRuntime:
             except Exception:  # noqa: BLE001 - best effort while shutting down
                 pass
             rec = self._records.get(key)
-            if rec is not None and rec.state is SubtaskState.RUNNING:
-                rec.state = SubtaskState.CANCELLED
+            if rec is not None and rec.state is SubtaskPhase.RUNNING:
+                rec.state = SubtaskPhase.CANCELLED
         self._procs.clear()
         if self._process_factory is _default_process_factory:
             # Also the subtasks orphaned by a local manager that was killed on this node
@@ -662,7 +639,7 @@ class NodeRuntime:
     def _retire_ended(self) -> None:
         """Move subtasks that left the node to the bounded history (described once)."""
         for key, rec in list(self._records.items()):
-            if rec.state in (SubtaskState.PENDING, SubtaskState.RUNNING):
+            if rec.state in (SubtaskPhase.PENDING, SubtaskPhase.RUNNING):
                 continue
             del self._records[key]
             self._history[key] = self._describe(rec)
@@ -702,7 +679,7 @@ class NodeRuntime:
         elif rec.measured is not None:
             d["done_work"] = rec.measured
         else:
-            d["done_work"] = s.work if rec.state is SubtaskState.FINISHED else s.done_work
+            d["done_work"] = s.work if rec.state is SubtaskPhase.FINISHED else s.done_work
             d["virtual_time"] = (
                 self.scheduler.virtual_time(key) if sched_sub is not None else rec.virtual_time
             )

@@ -17,8 +17,9 @@ from coallocator.messages import ProgressReport, ReweightCommand
 from local_manager.process_executor import CycleUsage, ExecutorState, LimitMode
 from runtime.config import RuntimeConfig
 from runtime.controller_service import ControllerService
-from runtime.node_runtime import NodeRuntime, SubtaskOutcome, SubtaskState
+from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase
+from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase
 from workloads.model import Node, QosClass, Subtask
 
 SCALE = 100.0
@@ -128,7 +129,7 @@ def test_process_subtask_share_measured_work_and_virtual_clock() -> None:
     rt.tick(2 * Q)
     rt.tick(3 * Q)  # the third cycle ends with the command's exit
     assert sink.reports[-1].done
-    assert ended == [SubtaskOutcome("j1", 0, "n0", SubtaskState.FINISHED, 3 * Q, 0, "")]
+    assert ended == [SubtaskOutcome("j1", 0, "n0", SubtaskPhase.FINISHED, 3 * Q, 0, "")]
     assert ex.closed and len(rt.scheduler) == 0
     (desc,) = rt.snapshot()["subtasks"]
     assert desc["state"] == "finished" and desc["exit_code"] == 0
@@ -149,9 +150,9 @@ def test_failed_and_unstartable_commands() -> None:
     rt.tick(0.0)
     rt.tick(Q)
     states = {o.job_id: o for o in ended}
-    assert states["bad"].state is SubtaskState.FAILED and states["bad"].exit_code == 3
+    assert states["bad"].state is SubtaskPhase.FAILED and states["bad"].exit_code == 3
     assert "status 3" in states["bad"].reason
-    assert states["gone"].state is SubtaskState.FAILED
+    assert states["gone"].state is SubtaskPhase.FAILED
     assert "no such executable" in states["gone"].reason
     # The controller hears that both are done (they will never progress).
     assert {r.job_id for r in sink.reports if r.done} == {"bad", "gone"}
@@ -241,7 +242,7 @@ def test_node_and_controller_loops_follow_the_model_time_grid() -> None:
             pass
 
     ctl = ControllerService(cfg, clock, {"n0": 157.5}, Source(), Publisher(), None)
-    ctl.register_job("j", QosClass.STRICT, 0.0, [(0, "n0", 50.0)], 100.0, 50.0)
+    ctl.register_job(JobRegistration("j", QosClass.STRICT, 0.0, [(0, "n0", 50.0)], 100.0, 50.0))
     threads = [threading.Thread(target=rt.run), threading.Thread(target=ctl.run)]
     start = clock.now()
     rt.submit([Subtask("j", 0, "n0", QosClass.STRICT, 1e9, 2.0, 50.0, 50.0)], start + 20 * Q)

@@ -100,8 +100,8 @@ class Loopback:
         loop = self
 
         class Dispatch:
-            def register(self, *args: Any) -> None:
-                loop.ctl.register_job(*args)
+            def register(self, reg: Any) -> None:
+                loop.ctl.register_job(reg)
 
             def place(self, node: str, subtasks: list[Any], start: float) -> None:
                 loop.nodes[node].submit(subtasks, start)
