@@ -30,7 +30,7 @@ from clocks.base import ManualClock
 from coallocator.core import ControllerCore
 from coallocator.phase_log import PeriodRecord, SummaryRecord, to_json_line
 from global_manager.config import SimConfig
-from global_manager.core import Admission, GlobalConfig, GlobalManagerCore, QueueMode
+from global_manager.core import Admission, GlobalManagerCore, QueueMode
 from global_manager.policies import Policy, get_policy
 from local_manager.scheduler import CycleResult, LocalScheduler
 from workloads.messages import JobRegistration
@@ -138,10 +138,8 @@ def simulate(
         if log_fh is not None:
             log_fh.write(to_json_line(rec) + "\n")
 
-    qos_share = cfg.queue_weights[1] / sum(cfg.queue_weights)
-    gm = GlobalManagerCore(
-        workload.nodes, pol, GlobalConfig(cfg.rate_per_weight, qos_share, cfg.queue), rng
-    )
+    qos_share = cfg.qos_share
+    gm = GlobalManagerCore(workload.nodes, pol, cfg.global_config(), rng)
     waits = cfg.queue is QueueMode.WAIT
     placement_seconds = 0.0
     local_cfg = cfg.local_config(pol)

@@ -181,5 +181,6 @@ class RuntimeConfig:
 
     @property
     def qos_share(self) -> float:
-        """The QoS queue's CPU fraction (admission budgets are built on it)."""
-        return self.queue_weights[1] / sum(self.queue_weights)
+        """The QoS queue's CPU fraction (admission budgets are built on it), as the core
+        configuration derives it."""
+        return self.sim_config().qos_share

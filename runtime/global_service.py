@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from global_manager.core import GlobalConfig, GlobalManagerCore, QueueMode
+from global_manager.core import GlobalManagerCore, QueueMode
 from runtime.config import RuntimeConfig
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.atomic import atomic_write_json
@@ -164,7 +164,7 @@ class GlobalService:
         self.core = GlobalManagerCore(
             nodes,
             self.policy,
-            GlobalConfig(config.rate_per_weight, config.qos_share, queue=QueueMode(config.queue)),
+            config.sim_config().global_config(),
             random.Random(config.seed),
         )
         self.nodes = list(nodes)
