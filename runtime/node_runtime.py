@@ -459,7 +459,7 @@ class NodeRuntime:
         finished: list[SubtaskOutcome] = []
         for key in result.finished:
             # Synthetic subtasks finish when their work is done.
-            self.scheduler.remove(key)
+            self._remove(key)
             rec = self._records.get(key)
             if rec is not None:
                 rec.state, rec.finish = SubtaskPhase.FINISHED, b
@@ -494,7 +494,7 @@ class NodeRuntime:
 
     def _process_exit(self, key: tuple[str, int], b: float) -> SubtaskOutcome:
         run = self._procs.pop(key)
-        self.scheduler.remove(key)
+        self._remove(key)
         rec = self._records[key]
         code = run.executor.exit_code if run.executor is not None else None
         rec.exit_code, rec.finish, rec.measured = code, b, run.measured
@@ -602,7 +602,7 @@ class NodeRuntime:
             if run is not None and run.executor is not None:
                 run.executor.close()
                 rec.exit_code = run.executor.exit_code
-            self.scheduler.remove(key)
+            self._remove(key)
             rec.state, rec.finish = SubtaskPhase.CANCELLED, b
         for start, subs in list(self._pending.items()):
             self._pending[start] = [s for s in subs if s.job_id != job_id]
@@ -646,6 +646,15 @@ class NodeRuntime:
             while len(self._history) > HISTORY:
                 self._history.popitem(last=False)
 
+    def _remove(self, key: tuple[str, int]) -> None:
+        """Take a subtask off the scheduler, keeping its last work done on its record
+        (the scheduler owns the live copy while it runs)."""
+        live = self.scheduler.get(key)
+        rec = self._records.get(key)
+        if live is not None and rec is not None:
+            rec.subtask.done_work = live.done_work
+        self.scheduler.remove(key)
+
     def _describe(self, rec: _Record) -> dict[str, Any]:
         s = rec.subtask
         key = s.key
@@ -679,7 +688,8 @@ class NodeRuntime:
         elif rec.measured is not None:
             d["done_work"] = rec.measured
         else:
-            d["done_work"] = s.work if rec.state is SubtaskPhase.FINISHED else s.done_work
+            live = sched_sub if sched_sub is not None else s
+            d["done_work"] = s.work if rec.state is SubtaskPhase.FINISHED else live.done_work
             d["virtual_time"] = (
                 self.scheduler.virtual_time(key) if sched_sub is not None else rec.virtual_time
             )
