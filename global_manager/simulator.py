@@ -31,10 +31,11 @@ from coallocator.core import ControllerCore
 from coallocator.phase_log import PeriodRecord, SummaryRecord, to_json_line
 from global_manager.config import SimConfig
 from global_manager.core import Admission, GlobalManagerCore, QueueMode
+from global_manager.engine import apply_commands, control_cycle, node_cycle, start_run
 from global_manager.policies import Policy, get_policy
 from local_manager.scheduler import CycleResult, LocalScheduler
 from workloads.messages import JobRegistration
-from workloads.model import JobPhase, JobSpec, QosClass, QueueName, Workload
+from workloads.model import JobPhase, JobSpec, QosClass, QueueName, Subtask, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,25 +215,23 @@ def simulate(
             end = clock.advance(q)
             cycles += 1
             for name, sched in schedulers.items():
-                if not len(sched):
+                # Commands were applied when they were sent (an in-memory channel).
+                stepped, _ = node_cycle(sched, (), end, q)
+                if stepped is None:
                     continue
-                res = sched.step(end, q)
-                used[name] += res.used
-                used_qos += _qos_used(res)
-                virtual_idle += res.virtual_idle
-                for rep in res.reports:
+                used[name] += stepped.used
+                used_qos += _qos_used(stepped)
+                virtual_idle += stepped.virtual_idle
+                for rep in stepped.reports:
                     ctl.ingest(rep)
-                for key in res.finished:
+                for key in stepped.finished:
                     sched.remove(key)
                     active -= 1
                     job_done = gm.subtask_finished(*key)
                     if job_done:
                         results[key[0]].completed_at = end
             if cycles % cfg.control_every == 0:
-                for cmd in ctl.control_period(end):
-                    schedulers[cmd.node].set_weights(
-                        (cmd.job_id, cmd.subtask), cmd.weight, cmd.virtual_weight, cmd.rate_cap
-                    )
+                control_cycle(ctl, end, lambda cmd: apply_commands(schedulers[cmd.node], (cmd,)))
         ctl.finish_all()
     finally:
         if log_fh is not None:
@@ -336,10 +335,16 @@ def _start(
     """Hand a placed job's subtasks to their nodes and the controller."""
     out.admission = adm
     spec = out.spec
-    for s in adm.subtasks:
-        schedulers[s.node].add(s, now)
-    if spec.qos in (QosClass.STRICT, QosClass.LOOSE):
-        ctl.register_job(JobRegistration.of(adm.job_id, spec, now, adm.subtasks))
+    grid = spec.qos in (QosClass.STRICT, QosClass.LOOSE)
+
+    def place(node: str, group: list[Subtask]) -> None:
+        for s in group:
+            schedulers[node].add(s, now)
+
+    start_run(
+        JobRegistration.of(adm.job_id, spec, now, adm.subtasks) if grid else None,
+        adm.subtasks, ctl.register_job, place,
+    )
     return len(adm.subtasks)
 
 

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from coallocator.core import ControllerCore, violation_fraction
 from coallocator.messages import ProgressReport, ReweightCommand
 from coallocator.phase_log import PeriodRecord, PhaseLogWriter, SummaryRecord
+from global_manager.engine import control_cycle
 from runtime.config import RuntimeConfig
 from runtime.timebase import ModelClock, boundary_index
 from workloads.atomic import atomic_write_json
@@ -367,18 +368,21 @@ class ControllerService:
     def control(self, t: float) -> list[ReweightCommand]:
         """Run the control period ending at model time ``t`` and send its commands."""
         offset, quality = self.clock.clock_status()
+
+        def send(cmd: ReweightCommand) -> None:
+            # A non-blocking send (ROUTER, bounded queue): safe under the lock.
+            if self.commands.publish(cmd):
+                self.counters["commands_sent"] += 1
+            else:
+                self.counters["commands_dropped"] += 1
+
         with self._lock:
-            cmds = self.core.control_period(t, offset, quality)
+            cmds = control_cycle(self.core, t, send, offset, quality)
             self.period_time = t
             self._join_pending(t)
             self.counters["periods"] += 1
             self._flush()
             views = [v for v in (self.core.view(j) for j in list(self.core.jobs)) if v]
-        for cmd in cmds:
-            if self.commands.publish(cmd):
-                self.counters["commands_sent"] += 1
-            else:
-                self.counters["commands_dropped"] += 1
         dropped = {
             k: int(v)
             for k, v in self.reports.counters().get("dropped", {}).items()

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from global_manager.core import GlobalManagerCore, QueueMode
+from global_manager.engine import start_run
 from runtime.config import RuntimeConfig
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.atomic import atomic_write_json
@@ -556,25 +557,27 @@ class GlobalService:
         subs = [replace(s, job_id=run_id) for s in subtasks]
         qos = QosClass(info.qos)
         reached: list[str] = []
+
+        def register(reg: JobRegistration) -> None:
+            try:
+                self.dispatch.register(reg)
+            except Exception as exc:  # noqa: BLE001 - any failure aborts the dispatch
+                raise DispatchFailed("the controller", None, exc) from exc
+
+        def place(node: str, group: list[Subtask]) -> None:
+            try:
+                self.dispatch.place(node, group, start)
+            except Exception as exc:  # noqa: BLE001
+                raise DispatchFailed(f"the local manager of node {node}", node, exc) from exc
+            reached.append(node)
+
+        grid = qos in (QosClass.STRICT, QosClass.LOOSE)
+        registration = JobRegistration(
+            run_id, qos, start, tuple((s.index, s.node, s.expected_rate) for s in subs),
+            info.overall_deviation, info.asynchrony,
+        ) if grid else None
         try:
-            if qos in (QosClass.STRICT, QosClass.LOOSE):
-                try:
-                    self.dispatch.register(JobRegistration(
-                        run_id, qos, start, tuple((s.index, s.node, s.expected_rate)
-                                                  for s in subs),
-                        info.overall_deviation, info.asynchrony,
-                    ))
-                except Exception as exc:  # noqa: BLE001 - any failure aborts the dispatch
-                    raise DispatchFailed("the controller", None, exc) from exc
-            by_node: dict[str, list[Subtask]] = {}
-            for s in subs:
-                by_node.setdefault(s.node, []).append(s)
-            for node, group in by_node.items():
-                try:
-                    self.dispatch.place(node, group, start)
-                except Exception as exc:  # noqa: BLE001
-                    raise DispatchFailed(f"the local manager of node {node}", node, exc) from exc
-                reached.append(node)
+            start_run(registration, subs, register, place)
         except DispatchFailed as failed:
             self.counters["dispatch_failed"] += 1
             self.dispatch.cancel(run_id, reached, f"dispatch failed: {failed}")

@@ -61,6 +61,7 @@ from typing import Any, Protocol
 
 from clocks.virtual import VirtualClock
 from coallocator.messages import ProgressReport, ReweightCommand
+from global_manager.engine import apply_commands
 from local_manager.process_executor import ExecutorState
 from local_manager.scheduler import CycleResult, LocalScheduler
 from runtime.config import ExecutorKind, RuntimeConfig
@@ -421,18 +422,10 @@ class NodeRuntime:
     def _apply_commands(self) -> None:
         if self.commands is None:
             return
-        for cmd in self.commands.poll():
-            if cmd.node != self.node.name:
-                self.counters["commands_other_node"] += 1
-                continue
-            key = (cmd.job_id, cmd.subtask)
-            try:
-                applied = self.scheduler.set_weights(
-                    key, cmd.weight, cmd.virtual_weight, cmd.rate_cap
-                )
-            except ValueError:
-                applied = False
-            self.counters["commands_applied" if applied else "commands_unknown"] += 1
+        counts = apply_commands(self.scheduler, self.commands.poll())
+        self.counters["commands_other_node"] += counts.other_node
+        self.counters["commands_applied"] += counts.applied
+        self.counters["commands_unknown"] += counts.unknown
 
     def _end_process_cycles(self) -> dict[tuple[str, int], float]:
         """Close every process subtask's cycle; measured model Mcycles per subtask."""
