@@ -338,19 +338,23 @@ def handler(args: argparse.Namespace) -> int:
 
 
 def format_table(summary: dict[str, Any], users: Sequence[int]) -> str:
-    """Mean ± standard deviation of every figure, one row per user count and algorithm
-    (magnitudes below 1e-3 in scientific notation)."""
+    """Mean and standard deviation (``±``) of every figure, one row per user count and
+    algorithm (magnitudes below 1e-3 in scientific notation)."""
     def num(value: float) -> str:
         return cell(value, 4, sci_below=1e-3)
 
-    rows = [
-        (n, algorithm.value, *(f"{num(summary[str(n)][algorithm.value][f]['mean'])} "
-                               f"±{num(summary[str(n)][algorithm.value][f]['std'])}"
-                               for f in FIGURES))
-        for n in users
-        for algorithm in Algorithm
-    ]
-    return table(("users", "algorithm", *FIGURES), rows, align="><" + ">" * len(FIGURES))
+    headers: list[str] = ["users", "algorithm"]
+    for f in FIGURES:
+        headers += [f, "±sd"]
+    rows = []
+    for n in users:
+        for algorithm in Algorithm:
+            figures = summary[str(n)][algorithm.value]
+            row: list[Any] = [n, algorithm.value]
+            for f in FIGURES:
+                row += [num(figures[f]["mean"]), "±" + num(figures[f]["std"])]
+            rows.append(row)
+    return table(headers, rows, align="><" + ">" * (2 * len(FIGURES)))
 
 
 def register(subparsers: Any) -> None:
