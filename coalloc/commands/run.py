@@ -15,14 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coalloc.commands._runtime_args import (
-    INSECURE_NOTE,
-    add_runtime_args,
-    config_from_args,
-    fmt,
-    table,
-)
+from coalloc.commands._runtime_args import INSECURE_NOTE, add_runtime_args, config_from_args
 from coalloc.errors import UserError
+from coalloc.tables import cell as fmt
+from coalloc.tables import render as table
 
 #: Emulated nodes (MHz) of ``coalloc run`` when ``--nodes`` is not given.
 DEFAULT_RUN_NODES = "2000,4000,6000"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import wait_until
 
 from clocks.base import ManualClock
 from coallocator.messages import ProgressReport, ReweightCommand
@@ -209,15 +210,27 @@ def test_node_and_controller_loops_follow_the_model_time_grid() -> None:
     scale = 1000.0
     cfg = RuntimeConfig(cycle=Q, time_scale=scale)
     clock = ModelClock(RealTime(), TimeBase(time.time(), scale))
-    sink = Sink()
+    arrived = threading.Condition()
+
+    class ThreadedSink(Sink):
+        def send(self, report: ProgressReport) -> bool:
+            with arrived:
+                self.reports.append(report)
+                arrived.notify_all()
+            return True
+
+    sink = ThreadedSink()
     rt = NodeRuntime(Node("n0", 300.0), cfg, clock, sink, Commands(), lambda o: None)
 
     class Source:
+        """Blocks like a socket: until a report arrives or ``timeout_s`` passes."""
+
         endpoint = "test://"
 
         def poll(self, timeout_s: float) -> list[ProgressReport]:
-            time.sleep(min(timeout_s, 0.005))
-            out, sink.reports[:] = list(sink.reports), []
+            with arrived:
+                arrived.wait_for(lambda: bool(sink.reports), timeout=timeout_s)
+                out, sink.reports[:] = list(sink.reports), []
             return out
 
         def counters(self) -> dict[str, Any]:
@@ -248,14 +261,20 @@ def test_node_and_controller_loops_follow_the_model_time_grid() -> None:
     rt.submit([Subtask("j", 0, "n0", QosClass.STRICT, 1e9, 2.0, 50.0, 50.0)], start + 20 * Q)
     for t in threads:
         t.start()
-    time.sleep(0.5)
-    rt.stop()
-    ctl.stop()
+    try:
+        # At least 20 cycles (10 ms real each) on both loops, and the subtask started.
+        wait_until(lambda: rt.counters["cycles"] >= 20 and ctl.counters["periods"] >= 20
+                   and ctl.counters["reports_applied"] >= 1
+                   and rt.snapshot()["subtasks"][0]["state"] == "running",
+                   timeout=30.0, message="20 cycles of both loops")
+    finally:
+        rt.stop()
+        ctl.stop()
     for t in threads:
         t.join(timeout=5.0)
     assert not any(t.is_alive() for t in threads)
     snap = rt.snapshot()
-    # Every boundary was stepped (late ones too): about 0.5 s / 10 ms cycles.
+    # Every boundary was stepped (late ones too): at least the 20 waited for.
     assert rt.counters["cycles"] >= 20
     assert snap["model_time"] % Q == pytest.approx(0.0, abs=1e-6)
     assert ctl.counters["periods"] >= 20
