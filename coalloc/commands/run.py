@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from coalloc.commands._runtime_args import INSECURE_NOTE, add_runtime_args, config_from_args
-from coalloc.errors import UserError
+from coalloc.errors import UserError, escape_controls
 from coalloc.tables import cell as fmt
 from coalloc.tables import render as table
 
@@ -106,9 +106,9 @@ def run_run(args: argparse.Namespace) -> int:
             if a["admitted"]:
                 print(f"{a['job_id']}  admitted  {a['name']}  nodes {','.join(a['nodes'])}")
             elif a.get("pending"):
-                print(f"{a['job_id']}  pending  {a['name']}  ({a['reason']})")
+                print(f"{a['job_id']}  pending  {a['name']}  ({escape_controls(a['reason'])})")
             else:
-                print(f"{a['job_id']}  rejected  {a['name']}  ({a['reason']})")
+                print(f"{a['job_id']}  rejected  {a['name']}  ({escape_controls(a['reason'])})")
         admitted = [a["job_id"] for a in answers if a["admitted"] or a.get("pending")]
         timed_out = _wait(client, admitted, args.timeout, not args.no_progress)
         status = client.status()
