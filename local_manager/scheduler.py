@@ -348,18 +348,29 @@ class LocalScheduler:
         self._last = None
 
     # ---------------------------------------------------------------------- cycle
-    def step(self, real_time: float, cycle: float) -> CycleResult:
+    def step(
+        self,
+        real_time: float,
+        cycle: float,
+        measured: Mapping[tuple[str, int], float] | None = None,
+    ) -> CycleResult:
         """Run one scheduling cycle of ``cycle`` seconds ending at ``real_time`` (s).
 
         Grants CPU, advances done work and virtual clocks, marks finished subtasks
         (their ``finish_time`` is ``real_time``; they stay on the node until removed)
         and returns what happened.
+
+        ``measured``: for subtasks whose work is a real process, the Mcycles it really
+        did in the cycle (its CPU time at the node's speed): their work done, virtual
+        clock (eq. 4's granted work ``x-bar``) and report use it instead of the grant, so
+        every subtask has one virtual clock, kept here. Their grants still say what the
+        scheduler gave them (the live runtime sets the next cycle's CPU share from it).
         """
         if not math.isfinite(cycle) or cycle <= 0:
             raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
         node = self.node
         capacity = node.cpu_rate * cycle
-        if self._last is not None and self.quiet_cycles(cycle, 0) >= 1:
+        if self._last is not None and not measured and self.quiet_cycles(cycle, 0) >= 1:
             # Nothing that decides the split has changed since the last cycle: replay it
             # (the same grants a fresh split would compute, without computing them).
             result = self._replay(1, cycle, real_time)
@@ -459,7 +470,7 @@ class LocalScheduler:
 
         result = self._account(
             real_time, cycle, entries, granted, queue_cpu, virtual_idle, lent, capacity,
-            available=available,
+            available=available, measured=measured,
         )
         self._last = (
             None
@@ -694,6 +705,7 @@ class LocalScheduler:
         capacity: float,
         repeat: int = 1,
         available: Mapping[tuple[str, int], float] | None = None,
+        measured: Mapping[tuple[str, int], float] | None = None,
     ) -> CycleResult:
         """Book ``repeat`` identical cycles of ``cycle`` s whose per-cycle grants are
         ``granted`` (Mcycles); the result reports totals over the span. ``available``:
@@ -718,12 +730,15 @@ class LocalScheduler:
             if repeat == 1:
                 x = per if per < left else left
                 g = granted.get(key, 0.0)
-                s.done_work += g
-                tv = e.clock.advance(real_time, x, g) if x > 0 else e.clock.advance(real_time, 0, 0)
+                # Work really done: what a process measured, else the grant.
+                w = measured[key] if measured is not None and key in measured else g
+                s.done_work += w
+                tv = e.clock.advance(real_time, x, w) if x > 0 else e.clock.advance(real_time, 0, 0)
             else:
                 x, g, left, tv = self._repeat(e, per, granted.get(key, 0.0), cycle, repeat)
+                w = g
             used += g
-            done = left - (g if repeat == 1 else 0.0) <= WORK_EPSILON
+            done = left - (w if repeat == 1 else 0.0) <= WORK_EPSILON
             if done:
                 s.done_work = s.work
                 s.finish_time = real_time
@@ -736,7 +751,7 @@ class LocalScheduler:
                     a = available[key] * m
                 reports.append(
                     ProgressReport(
-                        s.job_id, s.index, node_name, incarnation, seq, real_time, tv, x, g, done,
+                        s.job_id, s.index, node_name, incarnation, seq, real_time, tv, x, w, done,
                         a,
                     )
                 )

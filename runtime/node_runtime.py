@@ -29,9 +29,10 @@ them with unbounded work (a command ends when it exits, not when an estimate run
 it keeps granting them CPU; the grant of the cycle that just ended sets the CPU share of
 the next one (``grant / (speed * q)`` of a core, capped by the host's cores), and the CPU
 time measured in that cycle, ``cpu_s * time_scale * speed`` Mcycles, is ``x-bar`` in
-eq. (4): the subtask's own virtual clock advances by it, and its progress report carries
-that clock, not the grant. The subtask finishes when its command exits (exit status 0:
-success).
+eq. (4): the scheduler takes it as the subtask's measured work
+(``LocalScheduler.step(..., measured)``), so its one virtual clock advances by it and its
+progress report carries that clock, not the grant. The subtask finishes when its command
+exits (exit status 0: success).
 
 Checkpoint and restart. Given a ``checkpoint`` path, every boundary ends by writing the
 node's subtask state there atomically (:mod:`workloads.atomic`): per subtask its placement
@@ -59,7 +60,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from clocks.virtual import VirtualClock
 from coallocator.messages import ProgressReport, ReweightCommand
 from global_manager.engine import apply_commands
 from local_manager.process_executor import ExecutorState
@@ -98,17 +98,17 @@ FinishFn = Callable[[SubtaskOutcome], None]
 
 
 class _ProcessRun:
-    """A process subtask's executor, its own virtual clock and measured work."""
+    """A process subtask's executor and measured work (its virtual clock is the
+    scheduler's, advanced by the measured work)."""
 
     __slots__ = (
-        "executor", "clock", "measured", "share", "in_cycle", "next_at", "exited", "failure",
+        "executor", "measured", "share", "in_cycle", "next_at", "exited", "failure",
         "reattached",
     )
 
-    def __init__(self, executor: Any | None, start: float) -> None:
+    def __init__(self, executor: Any | None) -> None:
         self.executor: Any = executor  # None when the command could not be started
         self.failure: str | None = None
-        self.clock = VirtualClock(start)
         self.measured = 0.0  # Mcycles of model work measured so far
         self.share = 0.0  # cores granted in the current cycle
         self.in_cycle = False
@@ -226,7 +226,7 @@ class NodeRuntime:
                 run = self._procs.get(key)
                 if run is not None:
                     d["measured"] = run.measured
-                    d["virtual_time"] = run.clock.virtual_time
+                    d["virtual_time"] = self.scheduler.virtual_time(key)
                     if run.executor is not None and not run.exited:
                         try:
                             d["executor"] = run.executor.checkpoint().to_dict()
@@ -276,8 +276,7 @@ class NodeRuntime:
                 tv = float(d.get("virtual_time", d["start"]))
                 if kind is ExecutorKind.PROCESS:
                     self.scheduler.add(dataclasses.replace(s, work=math.inf), float(d["start"]))
-                    run = _ProcessRun(None, float(d["start"]))
-                    run.clock.virtual_time = tv
+                    run = _ProcessRun(None)
                     run.measured = float(d.get("measured", 0.0))
                     run.reattached = True
                     if "executor" in d:
@@ -387,8 +386,12 @@ class NodeRuntime:
             result = None
             if len(self.scheduler):
                 last = self._last_boundary
-                result = self.scheduler.step(b, b - last if last is not None else self.q)
-                self._account(result, usage, b)
+                # A process subtask's work is what it measured (0 when it did not run).
+                measured = {key: usage.get(key, 0.0) for key in self._procs}
+                result = self.scheduler.step(
+                    b, b - last if last is not None else self.q, measured
+                )
+                self._account(result, b)
             self._last_boundary = b
             self.counters["cycles"] += 1
             self._drain_actions(b, immediate_only=False)
@@ -445,9 +448,7 @@ class NodeRuntime:
                 run.exited = True
         return measured
 
-    def _account(
-        self, result: CycleResult, measured: dict[tuple[str, int], float], b: float
-    ) -> None:
+    def _account(self, result: CycleResult, b: float) -> None:
         self._last_grants = {(g.job_id, g.subtask): g.granted_work for g in result.grants}
         finished: list[SubtaskOutcome] = []
         for key in result.finished:
@@ -459,12 +460,9 @@ class NodeRuntime:
                 finished.append(SubtaskOutcome(key[0], key[1], self.node.name, rec.state, b))
         reports = list(result.reports)
         if self._procs:
-            reports = [self._process_report(r, measured, b) for r in reports]
-            # Process subtasks outside the QoS queue have no report but may have exited.
+            reports = [self._process_report(r) for r in reports]
             for key, run in list(self._procs.items()):
                 if run.exited:
-                    if key not in {(r.job_id, r.subtask) for r in reports}:
-                        run.clock.advance(b, 0.0, 0.0)
                     finished.append(self._process_exit(key, b))
         for rep in reports:
             rec = self._records.get((rep.job_id, rep.subtask))
@@ -474,16 +472,13 @@ class NodeRuntime:
         for outcome in finished:
             self.on_finish(outcome)
 
-    def _process_report(
-        self, rep: ProgressReport, measured: dict[tuple[str, int], float], b: float
-    ) -> ProgressReport:
-        key = (rep.job_id, rep.subtask)
-        run = self._procs.get(key)
-        if run is None:
+    def _process_report(self, rep: ProgressReport) -> ProgressReport:
+        """A process subtask is done when its command has exited (the scheduler booked
+        its measured work and advanced its clock)."""
+        run = self._procs.get((rep.job_id, rep.subtask))
+        if run is None or not run.exited:
             return rep
-        xbar = measured.get(key, 0.0)
-        tv = run.clock.advance(b, rep.expected_work, xbar)
-        return dataclasses.replace(rep, virtual_time=tv, granted_work=xbar, done=run.exited)
+        return dataclasses.replace(rep, done=True)
 
     def _process_exit(self, key: tuple[str, int], b: float) -> SubtaskOutcome:
         run = self._procs.pop(key)
@@ -577,7 +572,7 @@ class NodeRuntime:
                 failure = str(exc)
             # The scheduler must not finish it by an estimate: unbounded work.
             self.scheduler.add(dataclasses.replace(s, work=math.inf), b)
-            run = _ProcessRun(executor, b)
+            run = _ProcessRun(executor)
             if failure is not None:
                 run.exited, run.failure = True, failure
             self._procs[s.key] = run
@@ -674,7 +669,9 @@ class NodeRuntime:
             d["virtual_weight"] = s.virtual_weight
         if run is not None:
             d["done_work"] = run.measured
-            d["virtual_time"] = run.clock.virtual_time
+            d["virtual_time"] = (
+                self.scheduler.virtual_time(key) if sched_sub is not None else rec.virtual_time
+            )
             d["share"] = run.share
             d["pid"] = run.executor.pid if run.executor is not None else None
             d["cpu_s"] = run.executor.cpu_s_total if run.executor is not None else 0.0
