@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from workloads.model import STANDARD_MHZ, JobSpec, Node, QosClass, SubtaskSpec, Workload
-from workloads.spec import SpecError, did_you_mean, parse_job, seconds_to_mcycles
+from workloads.spec import SpecError, parse_job, seconds_to_mcycles
+from workloads.validation import did_you_mean
 
 # ---------------------------------------------------------------------------------------
 # Parameters
