@@ -44,7 +44,7 @@ def did_you_mean(key: object, known: Sequence[str], noun: str = "key") -> str:
     close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
     if close:
         return f"unknown {noun}; did you mean '{close[0]}'?"
-    return f"unknown {noun}; known keys: " + ", ".join(known)
+    return f"unknown {noun}; known {noun}s: " + ", ".join(known)
 
 
 def one_of(value: object, allowed: Sequence[str]) -> str:
@@ -118,6 +118,9 @@ class Wording:
     number: Callable[[object], str] = _number
     #: The word for an unknown key (``unknown key; did you mean ...``).
     key_noun: str = "key"
+    #: Tags of discriminated unions (``Tag("list")``): pydantic puts them in an error's
+    #: location; they are not keys, and the field path leaves them out.
+    tags: frozenset[str] = frozenset()
 
 
 def known_keys(model: type[BaseModel], loc: Sequence[str | int]) -> tuple[str, ...]:
@@ -186,8 +189,9 @@ def explain(
     """
     errors = exc.errors(include_url=False)
     err = next((e for e in errors if e["type"] in ("extra_forbidden", "invalid_key")), errors[0])
-    loc = list(err["loc"])
     kind = err["type"]
+    last = len(err["loc"]) - 1 if kind in ("extra_forbidden", "invalid_key") else -1
+    loc = [s for k, s in enumerate(err["loc"]) if s not in wording.tags or k == last]
     if kind == CUSTOM:
         ctx = err.get("ctx") or {}
         if ctx.get("at") is not None:
