@@ -18,13 +18,14 @@ Validators inside a model raise :func:`fail` for reasons pydantic has no type fo
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 #: The configuration of every edge model: no coercion (``"100"`` is not a number, ``true``
@@ -172,6 +173,8 @@ def _default_reason(err: ErrorDetails, pattern: str, wording: Wording) -> str:
         return "must not be empty"
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"must be an integer, got {type_name(value)} {value!r}"
+    if kind == "bool_type":
+        return f"must be true or false, got {value!r}"
     if kind == "string_type":
         return f"must be a string, got {type_name(value)} {value!r}"
     if kind == "literal_error":
@@ -197,6 +200,10 @@ def explain(
         if ctx.get("at") is not None:
             loc.append(ctx["at"])
         return path_of(loc, prefix), str(ctx["reason"])
+    if kind == "missing" and loc and isinstance(loc[-1], int):
+        # A fixed-length tuple given too few items: the tuple is too short.
+        loc, kind = loc[:-1], "too_short"
+        err = ErrorDetails(type=kind, loc=tuple(loc), msg="too short", input=err["input"])
     if kind == "invalid_key":
         return path_of([*loc[:-1], str(loc[-1])], prefix), "keys must be strings"
     if kind == "extra_forbidden":
@@ -206,3 +213,28 @@ def explain(
     own = wording.reasons.get(pattern)
     reason = own(err) if own is not None else None
     return path_of(loc, prefix), reason or _default_reason(err, pattern, wording)
+
+
+def fields_model(cls: type) -> type[BaseModel]:
+    """A strict pydantic model of a dataclass's fields, from their annotations
+    (``Annotated[int, Field(ge=1)]``: the dataclass ignores the metadata, the model
+    checks it). For records built in code that check themselves in ``__post_init__``
+    with :func:`check_fields`."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    names = [f.name for f in dataclasses.fields(cls)]
+    spec: dict[str, Any] = {name: (hints[name], ...) for name in names}
+    return create_model(f"{cls.__name__}Fields", __config__=STRICT, **spec)
+
+
+def check_fields(
+    record: object, model: type[BaseModel], wording: Wording, prefix: str = ""
+) -> dict[str, Any]:
+    """Validate a dataclass's field values with ``model`` (:func:`fields_model`); the
+    first problem as ``ValueError("PREFIX FIELD: REASON")``. Returns the validated values
+    (an enum field given as its value comes back as the enum)."""
+    values = {name: getattr(record, name) for name in model.model_fields}
+    try:
+        return dict(model.model_validate(values))
+    except ValidationError as exc:
+        field, reason = explain(exc, model, wording)
+        raise ValueError(f"{prefix}{field}: {reason}") from None
