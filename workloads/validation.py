@@ -73,6 +73,12 @@ def as_list(value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
+def as_tuple(value: object) -> object:
+    """A list as a tuple, anything else unchanged: for ``BeforeValidator`` on strict
+    tuple fields of records built in code."""
+    return tuple(value) if isinstance(value, list) else value
+
+
 def join(prefix: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{prefix}[{key}]"
@@ -96,6 +102,10 @@ def pattern_of(loc: Sequence[str | int]) -> str:
 
 def _number(value: object) -> str:
     return f"must be a number, got {type_name(value)} {value!r}"
+
+
+def _got(value: object) -> str:
+    return "null" if value is None else f"{type_name(value)} {value!r}"
 
 
 def _bound(value: object) -> str:
@@ -167,16 +177,16 @@ def _default_reason(err: ErrorDetails, pattern: str, wording: Wording) -> str:
     if kind in ("model_type", "dict_type", "model_attributes_type"):
         what = wording.mappings.get(pattern)
         return f"must be a mapping{f' ({what})' if what else ''}, got {type_name(value)}"
-    if kind == "list_type":
+    if kind in ("list_type", "tuple_type"):
         return f"must be a list, got {type_name(value)}"
     if kind == "too_short":
         return "must not be empty"
     if kind in ("int_type", "int_parsing", "int_from_float"):
-        return f"must be an integer, got {type_name(value)} {value!r}"
+        return f"must be an integer, got {_got(value)}"
     if kind == "bool_type":
         return f"must be true or false, got {value!r}"
     if kind == "string_type":
-        return f"must be a string, got {type_name(value)} {value!r}"
+        return f"must be a string, got {_got(value)}"
     if kind == "literal_error":
         return f"must be {ctx.get('expected', 'one of the allowed values')}, got {value!r}"
     return str(err["msg"]).lower()
