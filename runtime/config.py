@@ -12,15 +12,19 @@ real second; ``start_margin_s``, ``report_timeout_s`` in real seconds; rates in 
 
 from __future__ import annotations
 
-import math
+import functools
 import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, Field
 
 from global_manager.config import SimConfig
 from global_manager.core import QueueMode
 from global_manager.policies import Policy, get_policy, policies
+from workloads.validation import Reason, Wording, as_tuple, check_fields, fields_model
 
 #: Ray namespace every coalloc actor lives in.
 NAMESPACE = "coalloc"
@@ -55,6 +59,41 @@ class ExecutorKind(str, Enum):
     PROCESS = "process"  # a real command held to its granted CPU share
 
 
+#: Field types of :class:`RuntimeConfig` (the dataclass ignores the metadata; the strict
+#: pydantic model of its fields checks it).
+_Positive = Annotated[float, Field(gt=0)]
+_Count = Annotated[int, Field(ge=1)]
+_Port = Annotated[int, Field(ge=0, le=65535)]
+
+
+def _reason(text: str) -> Reason:
+    """A field's reason for every error, ``text`` followed by the value given."""
+    return lambda err: f"{text}, got {err['input']!r}"
+
+
+_WORDING = Wording(
+    reasons={
+        **{name: _reason("must be a finite number > 0")
+           for name in ("time_scale", "cycle", "rate_per_weight", "core_mhz")},
+        **{name: _reason("must be an integer >= 1")
+           for name in ("control_every", "log_every", "stall_cycles")},
+        **{name: _reason("must be a TCP port 0-65535 (0: ephemeral)")
+           for name in ("report_port", "command_port")},
+        "control_lag": _reason("must be within [0, 1) cycles"),
+        "start_margin_s": _reason("must be >= 0 s"),
+        "queue": _reason("must be wait or reject"),
+        "node_timeout": _reason("must be an integer > stall_cycles"),
+        "queue_weights": _reason("must be three numbers (local, qos, best_effort)"),
+        "queue_weights[]": _reason("must be a number"),
+    },
+)
+
+
+@functools.cache
+def _config_model() -> type[BaseModel]:
+    return fields_model(RuntimeConfig)
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     """Everything the live runtime's actors need to agree on.
@@ -79,30 +118,34 @@ class RuntimeConfig:
     """
 
     policy: str = "sq"
-    time_scale: float = 100.0
+    time_scale: _Positive = 100.0
     # The core's parameters default to the simulator's, so that both drive it alike.
-    cycle: float = _SIM_DEFAULTS.cycle
-    control_every: int = _SIM_DEFAULTS.control_every
-    rate_per_weight: float = _SIM_DEFAULTS.rate_per_weight
-    queue_weights: tuple[float, float, float] = _SIM_DEFAULTS.queue_weights
+    cycle: _Positive = _SIM_DEFAULTS.cycle
+    control_every: _Count = _SIM_DEFAULTS.control_every
+    rate_per_weight: _Positive = _SIM_DEFAULTS.rate_per_weight
+    queue_weights: Annotated[tuple[float, float, float], BeforeValidator(as_tuple)] = (
+        _SIM_DEFAULTS.queue_weights
+    )
     work_conserving: bool = _SIM_DEFAULTS.work_conserving
-    log_every: int = _SIM_DEFAULTS.log_every
-    control_lag: float = 0.5
+    log_every: _Count = _SIM_DEFAULTS.log_every
+    control_lag: Annotated[float, Field(ge=0, lt=1)] = 0.5
     #: A local manager whose loop finds itself more than this many boundaries late was
     #: stalled (SIGSTOP, a frozen VM): it resynchronises to the current boundary instead of
     #: replaying the missed cycles with the weights of the moment.
-    stall_cycles: int = 10
-    start_margin_s: float = 0.3
-    report_port: int = 0
-    command_port: int = 0
-    ntp_servers: tuple[str, ...] = field(default_factory=tuple)
+    stall_cycles: _Count = 10
+    start_margin_s: Annotated[float, Field(ge=0)] = 0.3
+    report_port: _Port = 0
+    command_port: _Port = 0
+    ntp_servers: Annotated[tuple[str, ...], BeforeValidator(as_tuple)] = field(
+        default_factory=tuple
+    )
     log_path: str = ""
     seed: int = 0
-    core_mhz: float = 1000.0
+    core_mhz: _Positive = 1000.0
     insecure: bool = False
     #: A strict job that does not fit at once: ``wait`` in the pending queue (placed by a
     #: later cycle) or ``reject`` it (the paper's behaviour).
-    queue: str = "wait"
+    queue: Literal["wait", "reject"] = "wait"
     #: Placement policy (a name of :data:`global_manager.admission.placement_policies`):
     #: ``flow`` (min-cost flow over the whole pending queue: gangs, fair shares between
     #: users, labels, priority, waiting) by default; "" keeps the policy's own.
@@ -116,38 +159,19 @@ class RuntimeConfig:
         if self.policy not in policies:
             known = ", ".join(policies.names())
             raise ValueError(f"policy: unknown policy {self.policy!r} (known: {known})")
-        for name in ("time_scale", "cycle", "rate_per_weight", "core_mhz"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"{name}: must be a finite number > 0, got {v!r}")
-        if not isinstance(self.control_every, int) or self.control_every < 1:
-            raise ValueError(f"control_every: must be an integer >= 1, got {self.control_every!r}")
-        if not isinstance(self.log_every, int) or self.log_every < 1:
-            raise ValueError(f"log_every: must be an integer >= 1, got {self.log_every!r}")
-        if not isinstance(self.stall_cycles, int) or self.stall_cycles < 1:
-            raise ValueError(f"stall_cycles: must be an integer >= 1, got {self.stall_cycles!r}")
+        checked = check_fields(self, _config_model(), _WORDING)
+        for name in ("queue_weights", "ntp_servers"):  # lists given become tuples
+            object.__setattr__(self, name, checked[name])
         from global_manager.admission import placement_policies
 
         if self.placement and self.placement not in placement_policies:
             known = ", ".join(placement_policies.names())
             raise ValueError(f"placement: unknown placement {self.placement!r} (known: {known})")
-        if self.queue not in ("wait", "reject"):
-            raise ValueError(f"queue: must be wait or reject, got {self.queue!r}")
-        if not isinstance(self.node_timeout, int) or self.node_timeout <= self.stall_cycles:
+        if self.node_timeout <= self.stall_cycles:
             raise ValueError(
                 f"node_timeout: must be an integer > stall_cycles ({self.stall_cycles}), "
                 f"got {self.node_timeout!r}"
             )
-        if not 0 <= self.control_lag < 1:
-            raise ValueError(f"control_lag: must be within [0, 1) cycles, got {self.control_lag!r}")
-        if not math.isfinite(self.start_margin_s) or self.start_margin_s < 0:
-            raise ValueError(f"start_margin_s: must be >= 0 s, got {self.start_margin_s!r}")
-        for name in ("report_port", "command_port"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or not 0 <= v <= 65535:
-                raise ValueError(f"{name}: must be a TCP port 0-65535 (0: ephemeral), got {v!r}")
-        if len(self.queue_weights) != 3:
-            raise ValueError("queue_weights: must be three numbers (local, qos, best_effort)")
         # The simulator's and the local scheduler's own checks apply too.
         self.sim_config().local_config(self.get_policy())
 

@@ -21,53 +21,24 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field
+from pydantic_core import ErrorDetails
 
 from workloads.model import STANDARD_MHZ, JobSpec, Node, QosClass, SubtaskSpec, Workload
-from workloads.spec import SpecError, did_you_mean, parse_job, seconds_to_mcycles
+from workloads.spec import SpecError, parse_job, seconds_to_mcycles
+from workloads.validation import Reason, Wording, check_fields, did_you_mean, fields_model
 
 # ---------------------------------------------------------------------------------------
 # Parameters
-
-
-def _check_int(name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"PaperWorkloadParams.{name}: must be an integer >= {low}, got {value!r}")
-
-
-def _check_positive(name: str, value: object, allow_zero: bool = False) -> None:
-    ok = (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and (value >= 0 if allow_zero else value > 0)
-    )
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(
-            f"PaperWorkloadParams.{name}: must be a finite number {bound}, got {value!r}"
-        )
-
-
-def _check_range(name: str, value: object, integer: bool = False) -> None:
-    if not isinstance(value, tuple) or len(value) != 2:
-        raise ValueError(f"PaperWorkloadParams.{name}: must be a pair (low, high), got {value!r}")
-    for i, v in enumerate(value):
-        if integer:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(
-                    f"PaperWorkloadParams.{name}[{i}]: must be an integer >= 1, got {v!r}"
-                )
-        else:
-            _check_positive(f"{name}[{i}]", v)
-    if value[0] > value[1]:
-        raise ValueError(f"PaperWorkloadParams.{name}: low > high in {value!r}")
 
 
 class Calibration(str, Enum):
@@ -84,6 +55,15 @@ class Calibration(str, Enum):
 
     EXPECTED = "expected"
     LITERAL = "literal"
+
+
+#: Field types of :class:`PaperWorkloadParams` (the dataclass ignores the metadata; the
+#: pydantic model of its fields checks it, strictly: ``nodes=2.5`` is refused).
+_Count = Annotated[int, Field(ge=1)]
+_Positive = Annotated[float, Field(gt=0)]
+_Range = tuple[_Positive, _Positive]
+_CountRange = tuple[_Count, _Count]
+_Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,63 +98,41 @@ class PaperWorkloadParams:
     ones keep the simulator's queues short.
     """
 
-    nodes: int = 3
-    mean_interarrival: float = 10.0
-    jobs: int | None = None
-    jobs_range: tuple[int, int] = (1500, 3000)
-    window_range: tuple[float, float] = (100.0, 500.0)
-    subtask_time_range: tuple[float, float] = (1500.0, 2500.0)
-    speed_range: tuple[float, float] = (100.0, 600.0)
-    weight_range: tuple[int, int] = (1, 4)
-    strict_fraction: float = 1.0
+    nodes: _Count = 3
+    mean_interarrival: _Positive = 10.0
+    jobs: _Count | None = None
+    jobs_range: _CountRange = (1500, 3000)
+    window_range: _Range = (100.0, 500.0)
+    subtask_time_range: _Range = (1500.0, 2500.0)
+    speed_range: _Range = (100.0, 600.0)
+    weight_range: _CountRange = (1, 4)
+    strict_fraction: _Fraction = 1.0
     local_flow: bool = True
-    local_interarrival_factor: float = 20.0
-    local_mean_interarrival: float | None = None
-    local_work_range: tuple[float, float] = (250.0, 750.0)
+    local_interarrival_factor: _Positive = 20.0
+    local_mean_interarrival: _Positive | None = None
+    local_work_range: _Range = (250.0, 750.0)
     best_effort_flow: bool = True
-    best_effort_interarrival_factor: float = 10.0
-    best_effort_mean_interarrival: float | None = None
-    best_effort_work_range: tuple[float, float] = (200.0, 500.0)
-    calibration: Calibration = Calibration.EXPECTED
-    rate_per_weight: float = 25.0
+    best_effort_interarrival_factor: _Positive = 10.0
+    best_effort_mean_interarrival: _Positive | None = None
+    best_effort_work_range: _Range = (200.0, 500.0)
+    #: Also given as its value (``"literal"``).
+    calibration: Annotated[Calibration, Field(strict=False)] = Calibration.EXPECTED
+    rate_per_weight: _Positive = 25.0
 
     def __post_init__(self) -> None:
-        _check_int("nodes", self.nodes, 1)
-        if not isinstance(self.calibration, Calibration):
-            try:
-                object.__setattr__(self, "calibration", Calibration(self.calibration))
-            except ValueError:
-                known = ", ".join(c.value for c in Calibration)
-                raise ValueError(
-                    f"PaperWorkloadParams.calibration: must be one of {known}, "
-                    f"got {self.calibration!r}"
-                ) from None
-        _check_positive("rate_per_weight", self.rate_per_weight)
-        _check_positive("mean_interarrival", self.mean_interarrival)
-        if self.jobs is not None:
-            _check_int("jobs", self.jobs, 1)
-        _check_range("jobs_range", self.jobs_range, integer=True)
-        for name in ("window_range", "subtask_time_range", "speed_range"):
-            _check_range(name, getattr(self, name))
+        checked = check_fields(self, _params_model(), _PARAMS_WORDING, "PaperWorkloadParams.")
+        object.__setattr__(self, "calibration", checked["calibration"])
+        for name in ("jobs_range", "window_range", "subtask_time_range", "speed_range",
+                     "weight_range", "local_work_range", "best_effort_work_range"):
+            low, high = getattr(self, name)
+            if low > high:
+                raise ValueError(f"PaperWorkloadParams.{name}: low > high in {(low, high)!r}")
         lo, hi = self.speed_range
         if math.ceil(lo) > math.floor(hi):
             raise ValueError(
                 "PaperWorkloadParams.speed_range: holds no whole MHz value, "
                 f"got {self.speed_range!r}"
             )
-        _check_range("weight_range", self.weight_range, integer=True)
-        sf = self.strict_fraction
-        if isinstance(sf, bool) or not isinstance(sf, (int, float)) or not 0.0 <= sf <= 1.0:
-            raise ValueError(
-                f"PaperWorkloadParams.strict_fraction: must be a number in [0, 1], got {sf!r}"
-            )
-        for flow in ("local", "best_effort"):
-            factor = f"{flow}_interarrival_factor"
-            _check_positive(factor, getattr(self, factor))
-            mean = getattr(self, f"{flow}_mean_interarrival")
-            if mean is not None:
-                _check_positive(f"{flow}_mean_interarrival", mean)
-            _check_range(f"{flow}_work_range", getattr(self, f"{flow}_work_range"))
 
     @property
     def local_interarrival(self) -> float:
@@ -189,6 +147,41 @@ class PaperWorkloadParams:
         if self.best_effort_mean_interarrival is not None:
             return self.best_effort_mean_interarrival
         return self.mean_interarrival * self.best_effort_interarrival_factor
+
+
+def _finite(bound: str) -> Reason:
+    return lambda err: f"must be a finite number {bound}, got {err['input']!r}"
+
+
+def _integer(err: ErrorDetails) -> str:
+    return f"must be an integer >= 1, got {err['input']!r}"
+
+
+def _pair(err: ErrorDetails) -> str:
+    return f"must be a pair (low, high), got {err['input']!r}"
+
+
+_RANGES = ("jobs_range", "window_range", "subtask_time_range", "speed_range", "weight_range",
+           "local_work_range", "best_effort_work_range")
+_PARAMS_WORDING = Wording(
+    reasons={
+        **{name: _finite("> 0") for name in (
+            "mean_interarrival", "local_interarrival_factor", "local_mean_interarrival",
+            "best_effort_interarrival_factor", "best_effort_mean_interarrival",
+            "rate_per_weight", "window_range[]", "subtask_time_range[]", "speed_range[]",
+            "local_work_range[]", "best_effort_work_range[]")},
+        **{name: _integer for name in ("nodes", "jobs", "jobs_range[]", "weight_range[]")},
+        **{name: _pair for name in _RANGES},
+        "strict_fraction": lambda err: f"must be a number in [0, 1], got {err['input']!r}",
+        "calibration": lambda err: "must be one of " + ", ".join(c.value for c in Calibration)
+        + f", got {err['input']!r}",
+    },
+)
+
+
+@functools.cache
+def _params_model() -> type[BaseModel]:
+    return fields_model(PaperWorkloadParams)
 
 
 # ---------------------------------------------------------------------------------------

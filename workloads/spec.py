@@ -31,6 +31,10 @@ manager assigns it.
 
 Every validation failure raises :class:`SpecError`, whose message is
 ``FILE: FIELD: REASON`` with FIELD a path such as ``jobs[2].subtasks[0].work``.
+The keys and types are checked by pydantic models in strict mode (``work: "100"`` is
+text, not a number; ``max_attempts: true`` is not an integer) with unknown keys refused
+(with a did-you-mean); :func:`parse_job` adds the rules between keys and builds the
+frozen records of :mod:`workloads.model` (``workloads.validation``).
 
 Bounded work on hostile input: a file larger than :data:`MAX_DOCUMENT_BYTES` (1 MiB) is
 refused before it is read; a job with more subtasks than the grid's nodes (when the grid
@@ -41,43 +45,31 @@ would be printed raw in tables and logs: an ANSI escape, a NUL, a newline).
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError
 
 from workloads.errors import UserError, escape_controls, is_unprintable
 from workloads.model import STANDARD_MHZ, Demand, EndPolicy, JobSpec, QosClass, SubtaskSpec
-
-#: Keys of a job mapping. ``node`` is accepted only for ``local`` jobs (generators,
-#: traces), never in user submissions.
-JOB_KEYS: tuple[str, ...] = (
-    "name",
-    "qos",
-    "overall_deviation",
-    "asynchrony",
-    "duration",
-    "arrival",
-    "subtasks",
-    "work",
-    "weight",
-    "parallelism",
-    "node",
-    "user",
-    "priority",
-    "max_wait",
-    "on_node_loss",
-    "on_failure",
-    "max_attempts",
+from workloads.validation import (
+    STRICT,
+    Reason,
+    Wording,
+    as_list,
+    explain,
+    fail,
+    join,
+    one_of,
+    type_name,
 )
-SUBTASK_KEYS: tuple[str, ...] = ("work", "weight", "demand", "command", "labels")
 
 #: The job's owner when a mapping names none (the CLI passes the OS user instead).
 DEFAULT_USER = "default"
-DEMAND_KEYS: tuple[str, ...] = ("cpu", "memory_mb", "io_mbps")
 
 #: The QoS classes a user may submit; ``local`` is node-local work, generated per node.
 SUBMITTABLE_QOS: tuple[QosClass, ...] = (QosClass.STRICT, QosClass.LOOSE, QosClass.BEST_EFFORT)
@@ -140,68 +132,7 @@ def mcycles_to_seconds(mcycles: float) -> float:
 
 
 # ---------------------------------------------------------------------------------------
-# Field checks: each raises SpecError naming source, field path and reason
-
-
-def _join(prefix: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{prefix}[{key}]"
-    return f"{prefix}.{key}" if prefix else key
-
-
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    return type(value).__name__
-
-
-def did_you_mean(key: object, known: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-    if close:
-        return f"unknown key; did you mean '{close[0]}'?"
-    return "unknown key; known keys: " + ", ".join(known)
-
-
-def _check_keys(mapping: Mapping[Any, Any], known: tuple[str, ...], src: str, path: str) -> None:
-    for key in mapping:
-        if not isinstance(key, str):
-            raise SpecError(src, _join(path, str(key)), "keys must be strings")
-        if key not in known:
-            raise SpecError(src, _join(path, key), did_you_mean(key, known))
-
-
-def _number(value: object, src: str, path: str) -> float:
-    """A finite real number (bool and numeric strings are rejected)."""
-    if isinstance(value, bool):
-        raise SpecError(src, path, f"must be a number, got bool {value!r}")
-    if isinstance(value, str):
-        hint = ""
-        try:
-            float(value)
-            hint = " (write it as a bare number; note that YAML reads 1e3 as text, 1.0e3 not)"
-        except ValueError:
-            pass
-        raise SpecError(src, path, f"must be a number, got string {value!r}{hint}")
-    if not isinstance(value, (int, float)):
-        raise SpecError(src, path, f"must be a number, got {_type_name(value)}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise SpecError(src, path, f"must be a finite number, got {value!r}")
-    return v
-
-
-def _positive(value: object, src: str, path: str, unit: str = "") -> float:
-    v = _number(value, src, path)
-    if v <= 0:
-        raise SpecError(src, path, f"must be > 0{unit}, got {value!r}")
-    return v
-
-
-def _non_negative(value: object, src: str, path: str, unit: str = "") -> float:
-    v = _number(value, src, path)
-    if v < 0:
-        raise SpecError(src, path, f"must be >= 0{unit}, got {value!r}")
-    return v
+# The edge models (pydantic, strict, unknown keys refused) and their wording
 
 
 def unprintable(text: str) -> str | None:
@@ -213,117 +144,203 @@ def unprintable(text: str) -> str | None:
     return None
 
 
+def _printable_reason(value: str) -> str | None:
+    bad = unprintable(value)
+    if bad is None:
+        return None
+    return f"must not contain control characters (found {bad} in {ascii(value)})"
+
+
 def check_name(value: str, src: str, path: str) -> str:
     """``value`` unchanged, or :class:`SpecError` if it holds a control character."""
-    bad = unprintable(value)
-    if bad is not None:
-        raise SpecError(
-            src, path, f"must not contain control characters (found {bad} in {ascii(value)})"
-        )
+    reason = _printable_reason(value)
+    if reason is not None:
+        raise SpecError(src, path, reason)
     return value
 
 
-def _mapping(value: object, src: str, path: str, what: str) -> Mapping[Any, Any]:
-    if not isinstance(value, Mapping):
-        raise SpecError(src, path, f"must be a mapping ({what}), got {_type_name(value)}")
+def _name(value: str) -> str:
+    """A job or user name: non-empty, printable."""
+    if not value.strip():
+        raise fail(f"must be a non-empty string, got {ascii(value)}")
+    reason = _printable_reason(value)
+    if reason is not None:
+        raise fail(reason)
     return value
 
 
-def _parse_demand(value: object, src: str, path: str) -> Demand:
-    m = _mapping(value, src, path, "cpu, memory_mb, io_mbps")
-    _check_keys(m, DEMAND_KEYS, src, path)
-    cpu = _positive(m.get("cpu", 1.0), src, _join(path, "cpu"), " cores")
-    memory = _non_negative(m.get("memory_mb", 0.0), src, _join(path, "memory_mb"), " MB")
-    io = _non_negative(m.get("io_mbps", 0.0), src, _join(path, "io_mbps"), " MB/s")
-    return Demand(cpu=cpu, memory_mb=memory, io_mbps=io)
+def _label(value: str) -> str:
+    if not value.strip():
+        raise fail(f"a label must be a non-empty string, got {ascii(value)}")
+    reason = _printable_reason(value)
+    if reason is not None:
+        raise fail(reason)
+    if "," in value or ":" in value:
+        raise fail(f"a label must not contain ',' or ':', got {value!r}")
+    return value
 
 
-def _parse_command(value: object, src: str, path: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        raise SpecError(
-            src, path, "must be an argv list, never a shell string (e.g. [python3, -c, '...'])"
-        )
-    if not isinstance(value, (list, tuple)) or not value:
-        raise SpecError(src, path, f"must be a non-empty argv list, got {value!r}")
-    for i, arg in enumerate(value):
-        if not isinstance(arg, str):
-            raise SpecError(
-                src, _join(path, i), f"argv items must be strings, got {_type_name(arg)} {arg!r}"
-            )
+def _argv(value: list[str]) -> list[str]:
     if not value[0]:
-        raise SpecError(src, _join(path, 0), "the program name must be a non-empty string")
-    return tuple(value)
+        raise fail("the program name must be a non-empty string", at=0)
+    return value
 
 
-def _parse_labels(value: object, src: str, path: str) -> frozenset[str]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise SpecError(
-            src, path, f"must be a list of label names (e.g. [fast, gpu]), got {_type_name(value)}"
-        )
-    out: set[str] = set()
-    for i, lab in enumerate(value):
-        if not isinstance(lab, str) or not lab.strip():
-            raise SpecError(
-                src, _join(path, i), f"a label must be a non-empty string, got {ascii(lab)}"
-            )
-        check_name(lab, src, _join(path, i))
-        if "," in lab or ":" in lab:
-            raise SpecError(
-                src, _join(path, i), f"a label must not contain ',' or ':', got {lab!r}"
-            )
-        out.add(lab)
-    return frozenset(out)
+_Positive = Annotated[float, Field(gt=0)]
+_NonNegative = Annotated[float, Field(ge=0)]
+_Name = Annotated[str, AfterValidator(_name)]
+_Label = Annotated[str, AfterValidator(_label)]
+_Policy = Literal["requeue", "fail"]
 
 
-def _parse_subtask(value: object, src: str, path: str) -> SubtaskSpec:
-    m = _mapping(value, src, path, "a subtask: work, weight, demand, command, labels")
-    _check_keys(m, SUBTASK_KEYS, src, path)
-    if "work" not in m:
-        raise SpecError(src, _join(path, "work"), "missing (reference CPU-seconds at 1 GHz)")
-    work = _positive(m["work"], src, _join(path, "work"), " s")
-    weight = _positive(m.get("weight", 1.0), src, _join(path, "weight"))
+class _Demand(BaseModel):
+    model_config = STRICT
+    cpu: _Positive = 1.0
+    memory_mb: _NonNegative = 0.0
+    io_mbps: _NonNegative = 0.0
+
+
+class _Subtask(BaseModel):
+    model_config = STRICT
+    work: _Positive
+    weight: _Positive = 1.0
+    demand: _Demand | None = None
+    #: Present or not (``model_fields_set``); null is refused.
+    command: Annotated[
+        list[str], BeforeValidator(as_list), Field(min_length=1), AfterValidator(_argv)
+    ] = []
+    labels: Annotated[list[_Label], BeforeValidator(as_list)] | None = None
+
+
+class _Job(BaseModel):
+    """A job mapping. Keys whose null is refused (``work``, ``subtasks``, ``user``...)
+    have a default that is never validated; whether they were given is
+    ``model_fields_set``. The rules between keys (windows of strict jobs, subtasks or
+    the split form, local jobs) are :func:`parse_job`'s."""
+
+    model_config = STRICT
+    name: _Name
+    qos: Literal["strict", "loose", "best_effort", "local"]
+    overall_deviation: _Positive | None = None
+    asynchrony: _Positive | None = None
+    duration: _Positive | None = None
+    arrival: _NonNegative | None = None
+    subtasks: Annotated[list[_Subtask], BeforeValidator(as_list), Field(min_length=1)] = []
+    work: _Positive = 0.0
+    weight: _Positive = 0.0
+    parallelism: Annotated[int, Field(ge=1)] = 0
+    node: str | None = None
+    user: _Name = ""
+    priority: int | None = None
+    max_wait: _Positive | None = None
+    on_node_loss: _Policy | None = None
+    on_failure: _Policy | None = None
+    max_attempts: Annotated[int, Field(ge=1)] | None = None
+
+
+#: Keys of a job mapping. ``node`` is accepted only for ``local`` jobs (generators,
+#: traces), never in user submissions.
+JOB_KEYS: tuple[str, ...] = tuple(_Job.model_fields)
+SUBTASK_KEYS: tuple[str, ...] = tuple(_Subtask.model_fields)
+DEMAND_KEYS: tuple[str, ...] = tuple(_Demand.model_fields)
+
+
+def _number_reason(value: object) -> str:
+    """A value that is not a finite real number (bool and numeric strings included)."""
+    if isinstance(value, str):
+        hint = ""
+        try:
+            float(value)
+            hint = " (write it as a bare number; note that YAML reads 1e3 as text, 1.0e3 not)"
+        except ValueError:
+            pass
+        return f"must be a number, got string {value!r}{hint}"
+    if isinstance(value, bool):
+        return f"must be a number, got bool {value!r}"
+    return f"must be a number, got {type_name(value)}"
+
+
+def _when(kinds: tuple[str, ...], reason: Callable[[Any], str]) -> Reason:
+    """A field's reason for the error types ``kinds`` (called with the bad value)."""
+    return lambda err: reason(err["input"]) if err["type"] in kinds else None
+
+
+_POLICIES = [p.value for p in EndPolicy]
+_TYPE = ("int_type", "string_type", "list_type", "greater_than_equal", "too_short")
+
+_WORDING = Wording(
+    missing={
+        "name": "missing (a non-empty job name)",
+        "qos": "missing; one of strict, loose, best_effort",
+        "subtasks[].work": "missing (reference CPU-seconds at 1 GHz)",
+    },
+    reasons={
+        "name": _when(_TYPE, lambda v: f"must be a non-empty string, got {ascii(v)}"),
+        "user": _when(_TYPE, lambda v: f"must be a non-empty string, got {ascii(v)}"),
+        "qos": _when(("literal_error",), lambda v: one_of(v, [q.value for q in SUBMITTABLE_QOS])),
+        "on_node_loss": _when(("literal_error",), lambda v: one_of(v, _POLICIES)),
+        "on_failure": _when(("literal_error",), lambda v: one_of(v, _POLICIES)),
+        "node": _when(_TYPE, lambda v: f"a local job needs its node name, got {v!r}"),
+        "priority": _when(_TYPE, lambda v: f"must be an integer (higher first), got "
+                                           f"{type_name(v)} {v!r}"),
+        "max_attempts": _when(_TYPE, lambda v: f"must be an integer >= 1 (runs at most), got "
+                                               f"{v!r}"),
+        "parallelism": lambda err: (
+            f"must be an integer >= 1, got {err['input']!r}"
+            if err["type"] == "greater_than_equal"
+            else f"must be an integer >= 1, got {type_name(err['input'])} {err['input']!r}"
+        ),
+        "subtasks": lambda err: (
+            "must hold at least one subtask" if err["type"] == "too_short"
+            else f"must be a list of subtasks, got {type_name(err['input'])}"
+            if err["type"] == "list_type" else None
+        ),
+        "subtasks[].command": _when(_TYPE, lambda v: (
+            "must be an argv list, never a shell string (e.g. [python3, -c, '...'])"
+            if isinstance(v, str) else f"must be a non-empty argv list, got {v!r}"
+        )),
+        "subtasks[].command[]": _when(_TYPE, lambda v: f"argv items must be strings, got "
+                                                       f"{type_name(v)} {v!r}"),
+        "subtasks[].labels": _when(_TYPE, lambda v: "must be a list of label names "
+                                                    f"(e.g. [fast, gpu]), got {type_name(v)}"),
+        "subtasks[].labels[]": _when(_TYPE, lambda v: f"a label must be a non-empty string, "
+                                                      f"got {ascii(v)}"),
+    },
+    units={
+        **{key: " s" for key in ("overall_deviation", "asynchrony", "duration", "arrival",
+                                 "work", "max_wait", "subtasks[].work")},
+        "subtasks[].demand.cpu": " cores",
+        "subtasks[].demand.memory_mb": " MB",
+        "subtasks[].demand.io_mbps": " MB/s",
+    },
+    mappings={
+        "subtasks[]": "a subtask: work, weight, demand, command, labels",
+        "subtasks[].demand": "cpu, memory_mb, io_mbps",
+    },
+    number=_number_reason,
+)
+
+
+def _validate_job(mapping: Mapping[Any, Any], src: str, base: str) -> _Job:
+    """The pydantic check of one job mapping; its first error as :class:`SpecError`."""
+    try:
+        return _Job.model_validate(dict(mapping))
+    except ValidationError as exc:
+        field, reason = explain(exc, _Job, _WORDING, base)
+        raise SpecError(src, field, reason) from None
+
+
+def _subtask_spec(s: _Subtask) -> SubtaskSpec:
     demand = None
-    if m.get("demand") is not None:
-        demand = _parse_demand(m["demand"], src, _join(path, "demand"))
-    command = None
-    if "command" in m:
-        command = _parse_command(m["command"], src, _join(path, "command"))
-    labels: frozenset[str] = frozenset()
-    if m.get("labels") is not None:
-        labels = _parse_labels(m["labels"], src, _join(path, "labels"))
+    if s.demand is not None:
+        demand = Demand(cpu=s.demand.cpu, memory_mb=s.demand.memory_mb, io_mbps=s.demand.io_mbps)
     return SubtaskSpec(
-        work=seconds_to_mcycles(work), weight=weight, demand=demand, command=command, labels=labels
+        work=seconds_to_mcycles(s.work),
+        weight=s.weight,
+        demand=demand,
+        command=tuple(s.command) if "command" in s.model_fields_set else None,
+        labels=frozenset(s.labels or ()),
     )
-
-
-def _parse_end_policy(value: object, src: str, path: str) -> EndPolicy:
-    allowed = tuple(p.value for p in EndPolicy)
-    if isinstance(value, str) and value in allowed:
-        return EndPolicy(value)
-    raise SpecError(
-        src, path, f"must be one of {', '.join(allowed)}, got {value!r}"
-        + did_you_mean(value, allowed)
-    )
-
-
-def _parse_qos(value: object, src: str, path: str, allow_local: bool) -> QosClass:
-    allowed = tuple(q.value for q in SUBMITTABLE_QOS)
-    if isinstance(value, str) and value == QosClass.LOCAL.value:
-        if allow_local:
-            return QosClass.LOCAL
-        raise SpecError(
-            src,
-            path,
-            "'local' jobs are generated per node and never submitted; "
-            "use one of " + ", ".join(allowed),
-        )
-    if isinstance(value, str) and value in allowed:
-        return QosClass(value)
-    reason = f"must be one of {', '.join(allowed)}, got {value!r}"
-    close = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)
-    if close:
-        reason += f"; did you mean '{close[0]}'?"
-    raise SpecError(src, path, reason)
 
 
 def _check_count(
@@ -351,10 +368,10 @@ def _precheck_count(m: Mapping[Any, Any], n_nodes: int | None, src: str, base: s
     ``parallelism``), checked before anything else of the job is parsed."""
     raw = m.get("subtasks")
     if isinstance(raw, (list, tuple)):
-        _check_count(len(raw), n_nodes, src, _join(base, "subtasks"))
+        _check_count(len(raw), n_nodes, src, join(base, "subtasks"))
     par = m.get("parallelism")
     if type(par) is int:
-        _check_count(par, n_nodes, src, _join(base, "parallelism"))
+        _check_count(par, n_nodes, src, join(base, "parallelism"))
 
 
 def parse_job(
@@ -379,127 +396,67 @@ def parse_job(
     """
     base = f"jobs[{index}]" if index is not None else ""
     src = source
-    m = _mapping(mapping, src, base, "a job")
-    _check_keys(m, JOB_KEYS, src, base)
-    _precheck_count(m, n_nodes, src, base)
+    if not isinstance(mapping, Mapping):
+        raise SpecError(src, base, f"must be a mapping (a job), got {type_name(mapping)}")
+    # Bounded work first: the subtask count, before pydantic sees any subtask.
+    _precheck_count(mapping, n_nodes, src, base)
+    m = _validate_job(mapping, src, base)
+    given = m.model_fields_set
 
     def f(key: str) -> str:
-        return _join(base, key)
+        return join(base, key)
 
-    name = m.get("name")
-    if "name" not in m:
-        raise SpecError(src, f("name"), "missing (a non-empty job name)")
-    if not isinstance(name, str) or not name.strip():
-        raise SpecError(src, f("name"), f"must be a non-empty string, got {ascii(name)}")
-    check_name(name, src, f("name"))
-    if "qos" not in m:
-        raise SpecError(src, f("qos"), "missing; one of strict, loose, best_effort")
-    qos = _parse_qos(m["qos"], src, f("qos"), allow_local)
-
-    windows: dict[str, float | None] = {"overall_deviation": None, "asynchrony": None}
-    for key in windows:
-        if qos is QosClass.STRICT:
-            if m.get(key) is None:
-                what = "E_t" if key == "overall_deviation" else "A_t"
-                raise SpecError(src, f(key), f"required for a strict job (the window {what}, s)")
-            windows[key] = _positive(m[key], src, f(key), " s")
-        elif key in m:
+    qos = QosClass(m.qos)
+    if qos is QosClass.LOCAL and not allow_local:
+        raise SpecError(
+            src,
+            f("qos"),
+            "'local' jobs are generated per node and never submitted; "
+            "use one of " + ", ".join(q.value for q in SUBMITTABLE_QOS),
+        )
+    for key, what in (("overall_deviation", "E_t"), ("asynchrony", "A_t")):
+        if qos is QosClass.STRICT and getattr(m, key) is None:
+            raise SpecError(src, f(key), f"required for a strict job (the window {what}, s)")
+        if qos is not QosClass.STRICT and key in given:
             raise SpecError(
                 src,
                 f(key),
                 f"only strict jobs have QoS windows (this job is {qos.value}); "
                 "remove it or set qos: strict",
             )
-    duration = None
-    if m.get("duration") is not None:
-        duration = _positive(m["duration"], src, f("duration"), " s")
-    arrival = 0.0
-    if m.get("arrival") is not None:
-        arrival = _non_negative(m["arrival"], src, f("arrival"), " s")
-
-    user = default_user
-    if "user" in m:
-        user = m["user"]
-        if not isinstance(user, str) or not user.strip():
-            raise SpecError(src, f("user"), f"must be a non-empty string, got {ascii(user)}")
-        check_name(user, src, f("user"))
-    priority = 0
-    if m.get("priority") is not None:
-        p = m["priority"]
-        if isinstance(p, bool) or not isinstance(p, int):
-            raise SpecError(
-                src, f("priority"), f"must be an integer (higher first), got {_type_name(p)} {p!r}"
-            )
-        priority = p
-    max_wait = None
-    if m.get("max_wait") is not None:
-        max_wait = _positive(m["max_wait"], src, f("max_wait"), " s")
-    on_node_loss = None
-    if m.get("on_node_loss") is not None:
-        on_node_loss = _parse_end_policy(m["on_node_loss"], src, f("on_node_loss"))
-    on_failure = EndPolicy.FAIL
-    if m.get("on_failure") is not None:
-        on_failure = _parse_end_policy(m["on_failure"], src, f("on_failure"))
-    max_attempts = 3
-    if m.get("max_attempts") is not None:
-        a = m["max_attempts"]
-        if isinstance(a, bool) or not isinstance(a, int) or a < 1:
-            raise SpecError(
-                src, f("max_attempts"), f"must be an integer >= 1 (runs at most), got {a!r}"
-            )
-        max_attempts = a
-
-    node = None
     if qos is QosClass.LOCAL:
-        node = m.get("node")
-        if not isinstance(node, str) or not node:
-            raise SpecError(src, f("node"), f"a local job needs its node name, got {node!r}")
-        check_name(node, src, f("node"))
-    elif "node" in m:
+        if not m.node:
+            raise SpecError(src, f("node"), f"a local job needs its node name, got {m.node!r}")
+        check_name(m.node, src, f("node"))
+    elif "node" in given:
         raise SpecError(
             src,
             f("node"),
             "only local jobs are pinned to a node; the global manager places grid jobs",
         )
 
-    split_keys = [k for k in ("work", "weight", "parallelism") if k in m]
+    split_keys = [k for k in ("work", "weight", "parallelism") if k in given]
     subtasks: tuple[SubtaskSpec, ...] = ()
     parallelism = total_work = total_weight = None
-    if "subtasks" in m:
+    if "subtasks" in given:
         if split_keys:
             raise SpecError(
-                src,
-                f(split_keys[0]),
-                "give either subtasks or work/weight/parallelism, not both",
+                src, f(split_keys[0]), "give either subtasks or work/weight/parallelism, not both"
             )
-        raw = m["subtasks"]
-        if isinstance(raw, (str, bytes)) or not isinstance(raw, (list, tuple)):
-            raise SpecError(
-                src, f("subtasks"), f"must be a list of subtasks, got {_type_name(raw)}"
-            )
-        if not raw:
-            raise SpecError(src, f("subtasks"), "must hold at least one subtask")
-        subtasks = tuple(_parse_subtask(s, src, _join(f("subtasks"), i)) for i, s in enumerate(raw))
+        subtasks = tuple(_subtask_spec(s) for s in m.subtasks)
     elif split_keys:
-        if "parallelism" not in m:
+        if "parallelism" not in given:
             raise SpecError(
                 src, f("parallelism"), "required with a total work (the number N of subtasks)"
             )
-        par = m["parallelism"]
-        if isinstance(par, bool) or not isinstance(par, int):
-            raise SpecError(
-                src, f("parallelism"), f"must be an integer >= 1, got {_type_name(par)} {par!r}"
-            )
-        if par < 1:
-            raise SpecError(src, f("parallelism"), f"must be an integer >= 1, got {par!r}")
-        if "work" not in m:
+        if "work" not in given:
             raise SpecError(
                 src, f("work"), "required with parallelism (the job's total work, s at 1 GHz)"
             )
-        parallelism = par
-        total_work = seconds_to_mcycles(_positive(m["work"], src, f("work"), " s"))
+        parallelism = m.parallelism
+        total_work = seconds_to_mcycles(m.work)
         # A missing total weight means weight 1 per subtask.
-        total_weight = _positive(m.get("weight", float(par)), src, f("weight"))
+        total_weight = m.weight if "weight" in given else float(m.parallelism)
     else:
         raise SpecError(
             src, f("subtasks"), "missing: give subtasks, or work, weight and parallelism"
@@ -508,23 +465,23 @@ def parse_job(
         raise SpecError(src, f("subtasks"), "a local job runs on one node: exactly one subtask")
 
     return JobSpec(
-        name=name,
+        name=m.name,
         qos=qos,
         subtasks=subtasks,
-        overall_deviation=windows["overall_deviation"],
-        asynchrony=windows["asynchrony"],
-        duration=duration,
+        overall_deviation=m.overall_deviation,
+        asynchrony=m.asynchrony,
+        duration=m.duration,
         parallelism=parallelism,
         total_work=total_work,
         total_weight=total_weight,
-        arrival=arrival,
-        node=node,
-        user=user,
-        priority=priority,
-        max_wait=max_wait,
-        on_node_loss=on_node_loss,
-        on_failure=on_failure,
-        max_attempts=max_attempts,
+        arrival=m.arrival or 0.0,
+        node=m.node if qos is QosClass.LOCAL else None,
+        user=m.user if "user" in given else default_user,
+        priority=m.priority or 0,
+        max_wait=m.max_wait,
+        on_node_loss=EndPolicy(m.on_node_loss) if m.on_node_loss is not None else None,
+        on_failure=EndPolicy(m.on_failure) if m.on_failure is not None else EndPolicy.FAIL,
+        max_attempts=m.max_attempts if m.max_attempts is not None else 3,
     )
 
 
@@ -596,7 +553,7 @@ def check_fits(
     """
     if job.n_subtasks > n_nodes:
         key = "subtasks" if job.subtasks else "parallelism"
-        path = _join(f"jobs[{index}]" if index is not None else "", key)
+        path = join(f"jobs[{index}]" if index is not None else "", key)
         raise SpecError(
             source,
             path,
@@ -648,7 +605,7 @@ def _yaml_precheck(text: str, count_subtasks: CountCheck) -> None:
         if top[1]:  # a key
             return None, None
         if top[4] is not None and top[2] == "subtasks":
-            return None, _join(top[4], "subtasks")
+            return None, join(top[4], "subtasks")
         return None, None
 
     def child_done() -> None:
@@ -754,7 +711,7 @@ def parse_document(
             for i, item in enumerate(data)
         ]
     raise SpecError(
-        source, "", f"expected a job (a mapping) or a list of jobs, got {_type_name(data)}"
+        source, "", f"expected a job (a mapping) or a list of jobs, got {type_name(data)}"
     )
 
 

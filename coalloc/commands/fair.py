@@ -24,14 +24,23 @@ import argparse
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+)
 
 from coalloc.errors import UserError
 from coalloc.tables import cell
 from coalloc.tables import render as render_table
+from workloads.validation import STRICT, Wording, explain, fail, type_name
 
-FILE_KEYS: tuple[str, ...] = ("policy", "resources", "capacity", "users")
-USER_KEYS: tuple[str, ...] = ("name", "demand", "weight", "max_tasks")
 DEFAULT_POLICY = "drf"
 
 
@@ -84,143 +93,145 @@ def _fail(source: str, field: str, reason: str) -> UserError:
     return UserError(f"{source}: {field}: {reason}" if field else f"{source}: {reason}")
 
 
-def _type_name(value: object) -> str:
-    return "null" if value is None else type(value).__name__
+# ---------------------------------------------------------------------------------------
+# The file's models (pydantic, strict, unknown keys refused) and their wording
 
 
-def _number(source: str, field: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(source, field, f"must be a number, got {_type_name(value)} {value!r}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise _fail(source, field, f"must be a finite number, got {value!r}")
-    return v
-
-
-def _numbers(source: str, field: str, value: object, length: int | None, what: str,
-             positive: bool) -> list[float]:
-    if not isinstance(value, list):
-        raise _fail(source, field, f"must be a list of numbers, got {_type_name(value)}")
-    if length is not None and len(value) != length:
-        raise _fail(source, field, f"has {len(value)} entries, expected {length} ({what})")
-    if not value:
-        raise _fail(source, field, "must not be empty")
-    out = []
-    for i, item in enumerate(value):
-        v = _number(source, f"{field}[{i}]", item)
-        if positive and v <= 0:
-            raise _fail(source, f"{field}[{i}]", f"must be > 0, got {item!r}")
-        if v < 0:
-            raise _fail(source, f"{field}[{i}]", f"must be >= 0, got {item!r}")
-        out.append(v)
-    return out
-
-
-def _unknown_key(key: object, known: tuple[str, ...]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-    hint = f"did you mean '{close[0]}'?" if close else "known: " + ", ".join(known)
-    return f"unknown field; {hint}"
-
-
-def _printable(source: str, field: str, name: str) -> None:
+def _printable(name: str) -> str:
     """Names are printed in tables: a control character (ESC, NUL, newline) is refused."""
     from workloads.spec import unprintable
 
     bad = unprintable(name)
     if bad is not None:
-        raise _fail(source, field, f"must not contain control characters (found {bad} in "
-                                   f"{ascii(name)})")
+        raise fail(f"must not contain control characters (found {bad} in {ascii(name)})")
+    return name
+
+
+def _non_empty(name: str) -> str:
+    if not name:
+        raise fail("must be a non-empty name")
+    return _printable(name)
+
+
+def _int_as_name(value: object) -> object:
+    """A user may be named by a number (``name: 1``); bool is not a number here."""
+    return str(value) if type(value) is int else value
+
+
+def _weight_kind(value: object) -> str:
+    return "list" if isinstance(value, list) else "number"
+
+
+_Positive = Annotated[float, Field(gt=0)]
+_NonNegative = Annotated[float, Field(ge=0)]
+#: A number, or a list with one weight per resource (the tag names the form; the
+#: translator leaves it out of field paths).
+_Weight = Annotated[
+    Annotated[_Positive, Tag("number")] | Annotated[list[_Positive], Tag("list")],
+    Discriminator(_weight_kind),
+]
+
+
+class _User(BaseModel):
+    model_config = STRICT
+    name: Annotated[str, BeforeValidator(_int_as_name), AfterValidator(_non_empty)]
+    demand: list[_NonNegative]
+    weight: _Weight | None = None
+    max_tasks: _NonNegative | None = None
+
+
+class _File(BaseModel):
+    model_config = STRICT
+    policy: str = DEFAULT_POLICY
+    resources: list[Annotated[str, AfterValidator(_non_empty)]] | None = None
+    capacity: Annotated[list[_Positive], Field(min_length=1)]
+    users: Annotated[list[_User], Field(min_length=1)]
+
+
+FILE_KEYS: tuple[str, ...] = tuple(_File.model_fields)
+USER_KEYS: tuple[str, ...] = tuple(_User.model_fields)
+
+
+def _list_of_numbers(err: Any) -> str | None:
+    if err["type"] == "list_type":
+        return f"must be a list of numbers, got {type_name(err['input'])}"
+    return None
+
+
+_WORDING = Wording(
+    missing={
+        "capacity": "missing (one number per resource)",
+        "users": "missing (a list of users with name and demand)",
+    },
+    reasons={
+        "policy": lambda err: f"must be a name, got {type_name(err['input'])}",
+        "resources": lambda err: "must be a list of names",
+        "resources[]": lambda err: (
+            "must be a non-empty name" if err["type"] == "string_type" else None
+        ),
+        "capacity": _list_of_numbers,
+        "users": lambda err: (
+            "must be a non-empty list of users" if err["type"] in ("list_type", "too_short")
+            else None
+        ),
+        "users[]": lambda err: (
+            f"must be a mapping with name and demand, got {type_name(err['input'])}"
+            if err["type"] == "model_type" else None
+        ),
+        "users[].name": lambda err: (
+            "must be a non-empty name" if err["type"] == "string_type" else None
+        ),
+        "users[].demand": _list_of_numbers,
+        "users[].weight": _list_of_numbers,
+    },
+    key_noun="field",
+    tags=frozenset({"number", "list"}),
+)
 
 
 def parse_problem(data: object, source: str, policy_override: str | None = None) -> Problem:
-    """Check a parsed document field by field; every problem is a :class:`UserError`
-    ``SOURCE: FIELD: REASON``."""
+    """Check a parsed document (keys and types by the file's pydantic model, then the
+    rules between fields); every problem is a :class:`UserError` ``SOURCE: FIELD:
+    REASON``."""
     from fairness.registry import policy_names
 
     if not isinstance(data, Mapping):
         raise _fail(source, "", f"expected a mapping with capacity and users, got "
-                                f"{_type_name(data)}")
-    for key in data:
-        if key not in FILE_KEYS:
-            raise _fail(source, str(key), _unknown_key(key, FILE_KEYS))
-    policy = data.get("policy", DEFAULT_POLICY)
-    if not isinstance(policy, str):
-        raise _fail(source, "policy", f"must be a name, got {_type_name(policy)}")
-    if policy_override is not None:
-        policy = policy_override
+                                f"{type_name(data)}")
+    try:
+        doc = _File.model_validate(dict(data))
+    except ValidationError as exc:
+        field, reason = explain(exc, _File, _WORDING)
+        raise _fail(source, field, reason) from None
+    policy = policy_override if policy_override is not None else doc.policy
     if policy not in policy_names():
         raise _fail(source, "policy", f"unknown policy {policy!r}; known: "
                                       + ", ".join(policy_names()))
-    if "capacity" not in data:
-        raise _fail(source, "capacity", "missing (one number per resource)")
-    capacity = _numbers(source, "capacity", data["capacity"], None, "", positive=True)
-    m = len(capacity)
-    resources = data.get("resources")
-    if resources is None:
-        resources = [f"r{j}" for j in range(m)]
-    elif (not isinstance(resources, list)
-          or not all(isinstance(r, str) and r for r in resources)):
-        raise _fail(source, "resources", "must be a list of names")
-    elif len(resources) != m:
+    m = len(doc.capacity)
+    resources = doc.resources if doc.resources is not None else [f"r{j}" for j in range(m)]
+    if len(resources) != m:
         raise _fail(source, "resources",
                     f"has {len(resources)} entries, expected {m} (one per capacity entry)")
-    elif len(set(resources)) != m:
+    if len(set(resources)) != m:
         raise _fail(source, "resources", "names must be distinct")
-    for j, resource in enumerate(resources):
-        _printable(source, f"resources[{j}]", resource)
-    if "users" not in data:
-        raise _fail(source, "users", "missing (a list of users with name and demand)")
-    users = data["users"]
-    if not isinstance(users, list) or not users:
-        raise _fail(source, "users", "must be a non-empty list of users")
     names: list[str] = []
-    demands: list[list[float]] = []
-    weights: list[float | list[float]] = []
-    max_tasks: list[float | None] = []
-    for i, user in enumerate(users):
+    for i, user in enumerate(doc.users):
         at = f"users[{i}]"
-        if not isinstance(user, Mapping):
-            raise _fail(source, at, f"must be a mapping with name and demand, got "
-                                    f"{_type_name(user)}")
-        for key in user:
-            if key not in USER_KEYS:
-                raise _fail(source, f"{at}.{key}", _unknown_key(key, USER_KEYS))
-        for key in ("name", "demand"):
-            if key not in user:
-                raise _fail(source, f"{at}.{key}", "missing")
-        name = user["name"]
-        if not isinstance(name, (str, int)) or isinstance(name, bool) or str(name) == "":
-            raise _fail(source, f"{at}.name", "must be a non-empty name")
-        _printable(source, f"{at}.name", str(name))
-        if str(name) in names:
-            raise _fail(source, f"{at}.name", f"{name!r} is used twice")
-        demand = _numbers(source, f"{at}.demand", user["demand"], m,
-                          "one per capacity entry", positive=False)
-        if not any(demand):
+        if user.name in names:
+            raise _fail(source, f"{at}.name", f"{user.name!r} is used twice")
+        names.append(user.name)
+        for key, value in (("demand", user.demand), ("weight", user.weight)):
+            if isinstance(value, list) and len(value) != m:
+                raise _fail(source, f"{at}.{key}", f"has {len(value)} entries, expected {m} "
+                                                   "(one per capacity entry)")
+        if not any(user.demand):
             raise _fail(source, f"{at}.demand", "is zero on every resource")
-        weight: float | list[float] = 1.0
-        if user.get("weight") is not None:
-            raw = user["weight"]
-            if isinstance(raw, list):
-                weight = _numbers(source, f"{at}.weight", raw, m, "one per capacity entry",
-                                  positive=True)
-            else:
-                weight = _number(source, f"{at}.weight", raw)
-                if weight <= 0:
-                    raise _fail(source, f"{at}.weight", f"must be > 0, got {raw!r}")
-        cap: float | None = None
-        if user.get("max_tasks") is not None:
-            cap = _number(source, f"{at}.max_tasks", user["max_tasks"])
-            if cap < 0:
-                raise _fail(source, f"{at}.max_tasks", f"must be >= 0, got {cap!r}")
-        names.append(str(name))
-        demands.append(demand)
-        weights.append(weight)
-        max_tasks.append(cap)
-    return Problem(source, policy, list(resources), capacity, names, demands, weights,
-                   max_tasks)
+    weights: list[float | list[float]] = [
+        1.0 if u.weight is None else u.weight for u in doc.users
+    ]
+    return Problem(source, policy, list(resources), list(doc.capacity), names,
+                   [list(u.demand) for u in doc.users], weights,
+                   [u.max_tasks for u in doc.users])
 
 
 def load_problem(path: str, policy_override: str | None = None) -> Problem:

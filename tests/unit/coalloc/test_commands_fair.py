@@ -146,3 +146,38 @@ def test_bad_flags(capsys, args, expected) -> None:
 def test_file_and_flags_together_is_an_error(capsys) -> None:
     assert cli.main(["fair", str(EXAMPLE), "--capacity", "1"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+STRICT_FILES = [
+    ("textweight.yaml", "capacity: [9]\nusers: [{name: A, demand: [1], weight: '2'}]\n",
+     "users[0].weight: must be a number, got str '2'"),
+    ("boolcap.yaml", "capacity: [true]\nusers: [{name: A, demand: [1]}]\n",
+     "capacity[0]: must be a number, got bool True"),
+    ("listweight.yaml", "capacity: [9, 9]\nusers: [{name: A, demand: [1, 1], weight: [1, 0]}]\n",
+     "users[0].weight[1]: must be > 0, got 0"),
+    ("shortweight.yaml", "capacity: [9, 9]\nusers: [{name: A, demand: [1, 1], weight: [1]}]\n",
+     "users[0].weight: has 1 entries, expected 2 (one per capacity entry)"),
+    ("typo.yaml", "capacty: [9]\nusers: [{name: A, demand: [1]}]\n",
+     "capacty: unknown field; did you mean 'capacity'?"),
+    ("nomatch.yaml", "capacity: [9]\nusers: [{name: A, demand: [1], zzz: 1}]\n",
+     "users[0].zzz: unknown field; known fields: name, demand, weight, max_tasks"),
+    ("boolname.yaml", "capacity: [9]\nusers: [{name: true, demand: [1]}]\n",
+     "users[0].name: must be a non-empty name"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), STRICT_FILES,
+                         ids=[b[0] for b in STRICT_FILES])
+def test_strict_types_and_unknown_fields(tmp_path, capsys, name, text, expected) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    assert cli.main(["fair", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"coalloc: error: {path}: {expected}\n"
+
+
+def test_a_user_named_by_a_number(tmp_path, capsys) -> None:
+    path = tmp_path / "n.yaml"
+    path.write_text("capacity: [9]\nusers: [{name: 1, demand: [1]}, {name: B, demand: [2]}]\n")
+    assert cli.main(["fair", str(path), "--json"]) == 0
+    assert [u["name"] for u in json.loads(capsys.readouterr().out)["users"]] == ["1", "B"]

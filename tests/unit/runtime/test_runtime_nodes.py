@@ -121,6 +121,10 @@ def test_runtime_config_defaults_are_the_simulators() -> None:
         ({"report_port": 70000}, "report_port"),
         ({"start_margin_s": -1.0}, "start_margin_s"),
         ({"queue_weights": (0.0, 0.0, 0.0)}, "queue_weights"),
+        ({"time_scale": "100"}, "time_scale: must be a finite number > 0, got '100'"),
+        ({"control_every": 2.0}, "control_every: must be an integer >= 1, got 2.0"),
+        ({"insecure": 1}, "insecure: must be true or false, got 1"),
+        ({"queue": "wiat"}, "queue: must be wait or reject, got 'wiat'"),
     ],
 )
 def test_runtime_config_rejects_bad_values_naming_the_field(
@@ -128,6 +132,11 @@ def test_runtime_config_rejects_bad_values_naming_the_field(
 ) -> None:
     with pytest.raises(ValueError, match=field):
         RuntimeConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_runtime_config_lists_become_tuples() -> None:
+    cfg = RuntimeConfig(ntp_servers=["a:123"], queue_weights=[0.3, 0.5, 0.2])  # type: ignore[arg-type]
+    assert cfg.ntp_servers == ("a:123",) and cfg.queue_weights == (0.3, 0.5, 0.2)
 
 
 def test_time_base_and_cycle_boundaries() -> None:

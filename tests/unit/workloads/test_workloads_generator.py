@@ -277,6 +277,9 @@ def test_poisson_until_stays_within_horizon_and_bad_arguments() -> None:
         ({"local_interarrival_factor": -1.0}, "local_interarrival_factor"),
         ({"best_effort_mean_interarrival": 0.0}, "best_effort_mean_interarrival"),
         ({"local_work_range": (1.0,)}, "local_work_range"),
+        ({"local_flow": 0}, "local_flow"),
+        ({"mean_interarrival": "10"}, "mean_interarrival"),
+        ({"calibration": "literl"}, "calibration"),
     ],
 )
 def test_bad_params_name_the_field(override: dict[str, object], field: str) -> None:
@@ -393,3 +396,19 @@ def test_trace_errors_name_line_and_column(
 def test_trace_missing_file(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="no such file"):
         load_trace_csv(tmp_path / "none.csv")
+
+
+def test_params_are_strict_and_keep_their_messages() -> None:
+    with pytest.raises(ValueError) as info:
+        PaperWorkloadParams(nodes=2.5)  # type: ignore[arg-type]
+    assert str(info.value) == "PaperWorkloadParams.nodes: must be an integer >= 1, got 2.5"
+    with pytest.raises(ValueError) as info:
+        PaperWorkloadParams(window_range=(1.0,))  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "PaperWorkloadParams.window_range: must be a pair (low, high), got (1.0,)")
+    with pytest.raises(ValueError) as info:
+        PaperWorkloadParams(speed_range=(100.0, float("inf")))
+    assert str(info.value) == (
+        "PaperWorkloadParams.speed_range[1]: must be a finite number > 0, got inf")
+    literal = PaperWorkloadParams(calibration="literal")  # type: ignore[arg-type]
+    assert literal.calibration is Calibration.LITERAL

@@ -437,3 +437,65 @@ def test_unit_conversion_round_trips(seconds: float) -> None:
     back = mcycles_to_seconds(w)
     assert seconds_to_mcycles(back) == w
     assert math.isclose(back, seconds, rel_tol=1e-15)
+
+
+# --- strict types and unknown keys (the pydantic edge) --------------------------------
+
+ATTEMPTS = "must be an integer >= 1 (runs at most)"
+
+
+@pytest.mark.parametrize(
+    ("over", "field", "reason"),
+    [
+        ({"subtasks": [{"work": "100"}]}, "subtasks[0].work",
+         "must be a number, got string '100' (write it as a bare number"),
+        ({"max_attempts": True}, "max_attempts", f"{ATTEMPTS}, got True"),
+        ({"max_attempts": 2.0}, "max_attempts", f"{ATTEMPTS}, got 2.0"),
+        ({"max_attempts": "2"}, "max_attempts", f"{ATTEMPTS}, got '2'"),
+        ({"priority": "1"}, "priority", "must be an integer (higher first), got str '1'"),
+        ({"duration": "60"}, "duration", "must be a number, got string '60'"),
+        ({"subtasks": [{"work": 1, "demand": {"cpu": "2"}}]}, "subtasks[0].demand.cpu",
+         "must be a number, got string '2'"),
+        ({"on_failure": True}, "on_failure", "must be one of requeue, fail, got True"),
+        ({"on_node_loss": "requeu"}, "on_node_loss",
+         "must be one of requeue, fail, got 'requeu'; did you mean 'requeue'?"),
+        ({"subtasks": [{"work": 1, "command": None}]}, "subtasks[0].command",
+         "must be a non-empty argv list, got None"),
+    ],
+)
+def test_strict_types_are_not_coerced(over: dict[str, object], field: str, reason: str) -> None:
+    err = error_of(strict_job(**over), index=None)
+    assert err.field == field
+    assert err.reason.startswith(reason)
+    assert str(err) == f"jobs.yaml: {field}: {err.reason}" and "\n" not in str(err)
+
+
+@pytest.mark.parametrize(
+    ("over", "field", "reason"),
+    [
+        ({"durration": 5}, "durration", "unknown key; did you mean 'duration'?"),
+        ({"max_attempt": 2}, "max_attempt", "unknown key; did you mean 'max_attempts'?"),
+        ({"on_failur": "fail"}, "on_failur", "unknown key; did you mean 'on_failure'?"),
+        ({"subtasks": [{"work": 1, "comand": ["x"]}]}, "subtasks[0].comand",
+         "unknown key; did you mean 'command'?"),
+        ({"subtasks": [{"work": 1, "demand": {"io": 1}}]}, "subtasks[0].demand.io",
+         "unknown key; known keys: cpu, memory_mb, io_mbps"),
+        ({"job_id": "j1"}, "job_id", "unknown key; known keys: name, qos, overall_deviation"),
+    ],
+)
+def test_extra_keys_are_refused_with_a_suggestion(
+    over: dict[str, object], field: str, reason: str
+) -> None:
+    err = error_of(strict_job(**over), index=None)
+    assert (err.field, err.reason[: len(reason)]) == (field, reason)
+
+
+def test_an_unknown_key_is_reported_before_other_errors() -> None:
+    err = error_of(strict_job(subtasks=[{"work": -1}], prioritty=1))
+    assert err.field == "jobs[2].prioritty" and "did you mean 'priority'" in err.reason
+
+
+def test_tuples_from_the_python_client_are_lists() -> None:
+    job = parse_job({"name": "t", "qos": "loose",
+                     "subtasks": ({"work": 1, "command": ("a", "b"), "labels": ("x",)},)})
+    assert job.subtasks[0].command == ("a", "b") and job.subtasks[0].labels == {"x"}

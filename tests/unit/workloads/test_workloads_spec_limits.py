@@ -66,7 +66,7 @@ def test_more_subtasks_than_nodes_are_refused_before_any_is_parsed(
     path = tmp_path / "wide.json"
     path.write_text(json.dumps([dict(STRICT, name="ok", subtasks=[{"work": 1}]), wide]))
     assert path.stat().st_size < MAX_DOCUMENT_BYTES
-    monkeypatch.setattr(spec, "_parse_subtask", _never)  # not even the first job's
+    monkeypatch.setattr(spec, "_validate_job", _never)  # not even the first job's
     with pytest.raises(SpecError) as exc:
         load_jobs(path, n_nodes=3)
     assert str(exc.value) == (
@@ -153,7 +153,7 @@ def test_a_yaml_file_is_refused_while_it_is_scanned(
 ) -> None:
     path = tmp_path / "wide.yaml"
     path.write_text(WIDE_YAML)
-    monkeypatch.setattr(spec, "_parse_subtask", _never)
+    monkeypatch.setattr(spec, "_validate_job", _never)
     with pytest.raises(SpecError) as exc:
         load_jobs(path, n_nodes=3)
     assert str(exc.value) == (
