@@ -240,6 +240,29 @@ def control(request: ControlRequest, config: ControllerConfig | None = None) -> 
     return ControlReply(decisions=tuple(decisions), node_slack=slack)
 
 
+def window_of(
+    mean_virtual: float,
+    phase: float,
+    real_time: float,
+    overall_deviation: float,
+    asynchrony: float,
+    ahead: AheadPolicy = AheadPolicy.SLOW,
+) -> Window:
+    """The window a job's clocks fire (s throughout): the overall error window when the
+    mean virtual time is more than ``E_t`` behind real time, or ahead of it under
+    :attr:`AheadPolicy.SLOW`; else the asynchrony window when the phase difference
+    exceeds ``A_t``; else none. The one window test of the controller and of its
+    fast-forward (:meth:`coallocator.core.ControllerCore.quiet_periods`)."""
+    deviation = mean_virtual - real_time
+    if deviation < -overall_deviation or (
+        deviation > overall_deviation and ahead is AheadPolicy.SLOW
+    ):
+        return Window.OVERALL_AHEAD if deviation > 0 else Window.OVERALL_BEHIND
+    if phase > asynchrony:
+        return Window.ASYNCHRONY
+    return Window.NONE
+
+
 def _clocks(subs: tuple[SubtaskState, ...]) -> tuple[list[float], float, float]:
     """A job's virtual times, their mean and its phase difference (s)."""
     tvs = [s.virtual_time for s in subs]
@@ -256,17 +279,13 @@ def _control_job(
     k = cfg.gain
     factors: list[float]  # signed: > 0 speed up, < 0 slow down
     deviation = mean_v - real_time
-    overall = deviation < -job.overall_deviation or (
-        deviation > job.overall_deviation and cfg.ahead is AheadPolicy.SLOW
-    )
-    if overall:
-        window = Window.OVERALL_AHEAD if deviation > 0 else Window.OVERALL_BEHIND
+    window = window_of(mean_v, phi, real_time, job.overall_deviation, job.asynchrony, cfg.ahead)
+    if window in (Window.OVERALL_AHEAD, Window.OVERALL_BEHIND):
         if cfg.overall_factor is OverallFactor.UNIFORM:
             factors = [-deviation * s.admitted_weight * k for s in subs]
         else:
             factors = [(real_time - s.virtual_time) * s.admitted_weight * k for s in subs]
-    elif phi > job.asynchrony:
-        window = Window.ASYNCHRONY
+    elif window is Window.ASYNCHRONY:
         factors = [(mean_v - s.virtual_time) * s.admitted_weight * k for s in subs]
         if cfg.asynchrony_targets is AsynchronyTargets.EXTREMES:
             fastest = max(range(len(subs)), key=lambda i: (tvs[i], -i))

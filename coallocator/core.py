@@ -23,9 +23,11 @@ from coallocator.controller import (
     ControlRequest,
     JobState,
     SubtaskState,
+    Window,
     control,
     initial_rate_cap,
     phase_difference,
+    window_of,
 )
 from coallocator.messages import ProgressReport, ReweightCommand
 from coallocator.phase_log import JobPhaseTracker, PeriodRecord, SummaryRecord, period_record
@@ -353,8 +355,9 @@ class ControllerCore:
                 return self._pace_quiet(jobs, t_r, dt, slack)
             for j in jobs:
                 tvs = [s.virtual_time + s.clock_rate * dt for s in j.subtasks if not s.done]
-                mean = sum(tvs) / len(tvs)
-                if abs(mean - t_r) > j.overall_deviation or max(tvs) - min(tvs) > j.asynchrony:
+                window = window_of(sum(tvs) / len(tvs), max(tvs) - min(tvs), t_r,
+                                   j.overall_deviation, j.asynchrony, self.config.ahead)
+                if window is not Window.NONE:
                     return False
             return True
 

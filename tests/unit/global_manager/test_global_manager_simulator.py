@@ -175,7 +175,7 @@ def test_seed_drives_random_placement_on_the_same_workload() -> None:
 
 def test_fast_forward_makes_the_same_decisions_as_stepping_every_cycle() -> None:
     work = small_workload(3, nodes=4, jobs=25)
-    for policy in ("strict", "sq", "sq_paper", "sq_work_conserving"):
+    for policy in ("strict", "sq", "sq_paper", "sq_work_conserving", "sq_let_ahead"):
         fast = simulate(work, policy, seed=3, config=SimConfig(fast_forward=True))
         slow = simulate(work, policy, seed=3, config=SimConfig(fast_forward=False))
         assert (fast.end_time, fast.cycles) == (slow.end_time, slow.cycles)
