@@ -91,7 +91,6 @@ class PlacementRequest:
     """Place ``rates`` (one expected rate per subtask, Mcycles/s) on distinct nodes.
     ``checked``: whether the rates count against the budgets (strict jobs)."""
 
-    job_id: str
     rates: tuple[float, ...]
     checked: bool
     nodes: tuple[NodeLoad, ...]

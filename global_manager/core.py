@@ -305,7 +305,7 @@ class GlobalManagerCore:
                 reply = self._place_labelled(rates, labels, checked)
             else:
                 reply = place(
-                    PlacementRequest(job_id, tuple(rates), checked, self._loads()),
+                    PlacementRequest(tuple(rates), checked, self._loads()),
                     self.placement,
                     self.rng,
                 )

@@ -27,7 +27,7 @@ def load(name: str, free: float, cpu: float = 1000.0, load_: float = 0.0) -> Nod
 
 
 def request(rates: tuple[float, ...], nodes: tuple[NodeLoad, ...], checked: bool = True):
-    return PlacementRequest("j", rates, checked, nodes)
+    return PlacementRequest(rates, checked, nodes)
 
 
 def test_budgets_strict_overbooking_and_none() -> None:
