@@ -513,7 +513,8 @@ class LocalScheduler:
             for e in members:
                 vw = e.subtask.virtual_weight
                 if vw > 0:
-                    weights.append(vw)
+                    # Floored like the real weights: a subnormal weight overflows the split.
+                    weights.append(vw if vw > 1e-9 else 1e-9)
                     demands.append(capacity)
         if multi:
             alloc = self._drf_share(members, demands, weights, queue_cpu, full_cpu, capacity)

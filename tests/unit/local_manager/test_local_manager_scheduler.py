@@ -630,3 +630,19 @@ def test_idle_cpu_goes_to_qos_work_that_wants_more() -> None:
     assert granted(r, "s") == pytest.approx(700.0)
     (rep,) = r.reports
     assert rep.available_work == pytest.approx(1000.0)
+
+
+def test_a_subnormal_virtual_weight_holds_no_more_than_the_node() -> None:
+    """Found by the property above: a virtual weight of 5e-324 beside zero weights made
+    the split overflow (virtual CPU held: inf)."""
+    from local_manager.scheduler import VirtualSubtaskMode
+
+    node = Node("n", 100.0, cores=1.0)
+    s = LocalScheduler(node, LocalSchedulerConfig(
+        work_conserving=False, virtual_mode=VirtualSubtaskMode.IDLE, max_running={}))
+    s.add(sub("j0", QosClass.STRICT, work=1.0, rate=50.0, weight=0.0), 0.0)
+    for i in range(1, 7):
+        s.add(sub(f"j{i}", QosClass.LOCAL, work=1.0, rate=50.0, weight=0.0), 0.0)
+    s.set_weights(("j0", 0), 0.0, 5e-324)
+    r = s.step(1.0, 1.0)
+    assert 0.0 <= r.virtual_idle and r.used + r.virtual_idle <= node.cpu_rate * 1.0 + 1e-6
