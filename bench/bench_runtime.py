@@ -92,10 +92,10 @@ def bench_controller_latency(samples: int, time_scale: float, cycle: float) -> l
     from coallocator.messages import ProgressReport
     from coallocator.transport import CommandSubscriber, ReportSender
     from runtime.actors import ControllerActor
-    from runtime.config import RuntimeConfig
+    from runtime.config import RuntimeConfig, runtime_core
     from runtime.timebase import TimeBase
 
-    cfg = RuntimeConfig(time_scale=time_scale, cycle=cycle)
+    cfg = RuntimeConfig(runtime_core(cycle=cycle), time_scale=time_scale)
     base = TimeBase(time.time(), time_scale)
     log = Path(tempfile.mkdtemp(prefix="coalloc-bench-")) / "phase.jsonl"
     actor: Any = ray.remote(ControllerActor).options(num_cpus=0, max_concurrency=8).remote(

@@ -7,35 +7,69 @@ re-exports :class:`SimConfig`.
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, Field
 
 from global_manager.core import GlobalConfig, QueueMode
 from global_manager.policies import Policy
 from local_manager.scheduler import DEFAULT_QUEUE_WEIGHTS, LocalSchedulerConfig
 from workloads.model import QueueName
+from workloads.validation import Reason, Wording, as_tuple, check_fields, fields_model
+
+#: Field types of :class:`SimConfig` (the dataclass ignores the metadata; the strict
+#: pydantic model of its fields checks it).
+_Positive = Annotated[float, Field(gt=0)]
+_Count = Annotated[int, Field(ge=1)]
+_Weight = Annotated[float, Field(ge=0)]
+
+
+def _reason(text: str) -> Reason:
+    """A field's reason for every error, ``text`` followed by the value given."""
+    return lambda err: f"{text}, got {err['input']!r}"
+
+
+_WORDING = Wording(
+    reasons={
+        **{name: _reason("must be a finite number > 0") for name in ("cycle", "rate_per_weight")},
+        **{name: _reason("must be an integer >= 1") for name in ("control_every", "log_every")},
+        "max_time": _reason("must be a finite number of seconds (or None)"),
+        "queue_weights": _reason("must be three numbers >= 0 (local, qos, best_effort)"),
+        "queue_weights[]": _reason("must be a number >= 0"),
+    },
+)
+
+
+@functools.cache
+def _fields_model() -> type[BaseModel]:
+    return fields_model(SimConfig)
 
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
-    """``cycle``: local scheduling cycle ``q`` (s); ``control_every``: cycles per control
+    """The scheduling core's configuration (one record for both drivers).
+
+    ``cycle``: local scheduling cycle ``q`` (s); ``control_every``: cycles per control
     period; ``rate_per_weight``: ``u_t`` default (Mcycles/s per weight unit);
     ``queue_weights``: CPU weights of the local, QoS and best-effort queues;
     ``work_conserving``: pass unused queue shares on; ``max_time``: stop the run there (s,
     ``None`` = when every admitted job has finished); ``log_every``: period records every
-    that many periods (and whenever a window fires)."""
+    that many periods (and whenever a window fires); ``fast_forward``: a simulator option
+    (the live runtime steps every cycle); ``queue``: :class:`QueueMode`."""
 
-    cycle: float = 30.0
-    control_every: int = 1
-    rate_per_weight: float = 25.0
-    queue_weights: tuple[float, float, float] = (
+    cycle: _Positive = 30.0
+    control_every: _Count = 1
+    rate_per_weight: _Positive = 25.0
+    queue_weights: Annotated[tuple[_Weight, _Weight, _Weight], BeforeValidator(as_tuple)] = (
         DEFAULT_QUEUE_WEIGHTS[QueueName.LOCAL],
         DEFAULT_QUEUE_WEIGHTS[QueueName.QOS],
         DEFAULT_QUEUE_WEIGHTS[QueueName.BEST_EFFORT],
     )
     work_conserving: bool = True
     max_time: float | None = None
-    log_every: int = 1
+    log_every: _Count = 1
     #: Replay whole quiet stretches of the grid in one go: the same work and clock
     #: arithmetic as stepping, so the same decisions; off = step every cycle.
     fast_forward: bool = True
@@ -48,10 +82,10 @@ class SimConfig:
         except ValueError:
             known = ", ".join(m.value for m in QueueMode)
             raise ValueError(f"queue: must be one of {known}, got {self.queue!r}") from None
-        if not math.isfinite(self.cycle) or self.cycle <= 0:
-            raise ValueError("cycle: must be a finite number of seconds > 0")
-        if self.control_every < 1:
-            raise ValueError("control_every: must be >= 1 cycle")
+        checked = check_fields(self, _fields_model(), _WORDING)
+        object.__setattr__(self, "queue_weights", checked["queue_weights"])
+        if sum(self.queue_weights) <= 0:
+            raise ValueError("queue_weights: must not all be 0")
 
     @property
     def qos_share(self) -> float:

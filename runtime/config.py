@@ -12,12 +12,13 @@ real second; ``start_margin_s``, ``report_timeout_s`` in real seconds; rates in 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field
 
@@ -35,7 +36,14 @@ CONTROLLER_NAME = "coalloc-controller"
 #: Prefix of the local-manager actors' names (``coalloc-lm-<node>``).
 LOCAL_PREFIX = "coalloc-lm-"
 
-_SIM_DEFAULTS = SimConfig()
+#: The live runtime's core configuration: the simulator's defaults, but jobs that do not
+#: fit wait in the pending queue.
+RUNTIME_CORE = SimConfig(queue=QueueMode.WAIT)
+
+
+def runtime_core(**overrides: Any) -> SimConfig:
+    """:data:`RUNTIME_CORE` with some fields changed (``cycle=10.0``, ``queue="reject"``)."""
+    return dataclasses.replace(RUNTIME_CORE, **overrides)
 
 #: Environment variable that moves coalloc's home (state file, logs) away from ~/.coalloc.
 HOME_ENV = "COALLOC_HOME"
@@ -73,39 +81,33 @@ def _reason(text: str) -> Reason:
 
 _WORDING = Wording(
     reasons={
-        **{name: _reason("must be a finite number > 0")
-           for name in ("time_scale", "cycle", "rate_per_weight", "core_mhz")},
-        **{name: _reason("must be an integer >= 1")
-           for name in ("control_every", "log_every", "stall_cycles")},
+        **{name: _reason("must be a finite number > 0") for name in ("time_scale", "core_mhz")},
+        "stall_cycles": _reason("must be an integer >= 1"),
         **{name: _reason("must be a TCP port 0-65535 (0: ephemeral)")
            for name in ("report_port", "command_port")},
         "control_lag": _reason("must be within [0, 1) cycles"),
         "start_margin_s": _reason("must be >= 0 s"),
-        "queue": _reason("must be wait or reject"),
         "node_timeout": _reason("must be an integer > stall_cycles"),
-        "queue_weights": _reason("must be three numbers (local, qos, best_effort)"),
-        "queue_weights[]": _reason("must be a number"),
     },
 )
 
 
 @functools.cache
 def _config_model() -> type[BaseModel]:
-    return fields_model(RuntimeConfig)
+    return fields_model(RuntimeConfig, exclude=("core",))
 
 
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     """Everything the live runtime's actors need to agree on.
 
-    ``policy``: a name of :data:`global_manager.policies.policies`. ``time_scale``: model
-    seconds per real second (100: a 1800 s job runs for 18 s). ``cycle``: the local
-    scheduling cycle ``q`` (model s). ``control_every``: cycles per control period.
-    ``rate_per_weight``: ``u_t`` default (Mcycles/s per weight unit). ``queue_weights``:
-    local, QoS, best-effort CPU weights. ``work_conserving``: pass unused queue shares on.
-    ``log_every``: phase-log period records every that many periods (and whenever a window
-    fires). ``control_lag``: the controller evaluates the period that ended at a cycle
-    boundary this fraction of a cycle later, once that boundary's reports are in (0..1).
+    ``core``: the scheduling core's :class:`SimConfig` (cycle ``q`` in model s, cycles per
+    control period, ``u_t``, queue weights, work conservation, log period, queue mode),
+    read through the properties of the same names. ``policy``: a name of
+    :data:`global_manager.policies.policies`. ``time_scale``: model seconds per real
+    second (100: a 1800 s job runs for 18 s). ``control_lag``: the controller evaluates
+    the period that ended at a cycle boundary this fraction of a cycle later, once that
+    boundary's reports are in (0..1).
     ``start_margin_s``: real seconds between a submission and the cycle boundary at which
     its subtasks start on every node (time for the Ray calls to reach the nodes).
     ``report_port`` / ``command_port``: TCP ports of the controller's report (PULL) and
@@ -117,17 +119,12 @@ class RuntimeConfig:
     controller's ports may then send reports and take commands).
     """
 
+    #: The scheduling core's configuration, the simulator's record (cycle ``q``, control
+    #: period, rate per weight, queue weights, work conservation, log period, queue
+    #: mode); the live runtime's default waits (``queue: wait``).
+    core: SimConfig = field(default_factory=lambda: RUNTIME_CORE)
     policy: str = "sq"
     time_scale: _Positive = 100.0
-    # The core's parameters default to the simulator's, so that both drive it alike.
-    cycle: _Positive = _SIM_DEFAULTS.cycle
-    control_every: _Count = _SIM_DEFAULTS.control_every
-    rate_per_weight: _Positive = _SIM_DEFAULTS.rate_per_weight
-    queue_weights: Annotated[tuple[float, float, float], BeforeValidator(as_tuple)] = (
-        _SIM_DEFAULTS.queue_weights
-    )
-    work_conserving: bool = _SIM_DEFAULTS.work_conserving
-    log_every: _Count = _SIM_DEFAULTS.log_every
     control_lag: Annotated[float, Field(ge=0, lt=1)] = 0.5
     #: A local manager whose loop finds itself more than this many boundaries late was
     #: stalled (SIGSTOP, a frozen VM): it resynchronises to the current boundary instead of
@@ -143,9 +140,6 @@ class RuntimeConfig:
     seed: int = 0
     core_mhz: _Positive = 1000.0
     insecure: bool = False
-    #: A strict job that does not fit at once: ``wait`` in the pending queue (placed by a
-    #: later cycle) or ``reject`` it (the paper's behaviour).
-    queue: Literal["wait", "reject"] = "wait"
     #: Placement policy (a name of :data:`global_manager.admission.placement_policies`):
     #: ``flow`` (min-cost flow over the whole pending queue: gangs, fair shares between
     #: users, labels, priority, waiting) by default; "" keeps the policy's own.
@@ -159,9 +153,10 @@ class RuntimeConfig:
         if self.policy not in policies:
             known = ", ".join(policies.names())
             raise ValueError(f"policy: unknown policy {self.policy!r} (known: {known})")
+        if not isinstance(self.core, SimConfig):
+            raise ValueError(f"core: must be a SimConfig, got {type(self.core).__name__}")
         checked = check_fields(self, _config_model(), _WORDING)
-        for name in ("queue_weights", "ntp_servers"):  # lists given become tuples
-            object.__setattr__(self, name, checked[name])
+        object.__setattr__(self, "ntp_servers", checked["ntp_servers"])  # a list: a tuple
         from global_manager.admission import placement_policies
 
         if self.placement and self.placement not in placement_policies:
@@ -175,6 +170,33 @@ class RuntimeConfig:
         # The simulator's and the local scheduler's own checks apply too.
         self.sim_config().local_config(self.get_policy())
 
+    # The core's parameters, read through: one record, no copies.
+    @property
+    def cycle(self) -> float:
+        """The local scheduling cycle ``q``, model s."""
+        return self.core.cycle
+
+    @property
+    def control_every(self) -> int:
+        return self.core.control_every
+
+    @property
+    def rate_per_weight(self) -> float:
+        return self.core.rate_per_weight
+
+    @property
+    def queue_weights(self) -> tuple[float, float, float]:
+        return self.core.queue_weights
+
+    @property
+    def log_every(self) -> int:
+        return self.core.log_every
+
+    @property
+    def queue(self) -> str:
+        """``wait`` or ``reject``."""
+        return self.core.queue.value
+
     @property
     def real_cycle(self) -> float:
         """The cycle's length in real seconds."""
@@ -186,16 +208,8 @@ class RuntimeConfig:
         return self.cycle * self.control_every
 
     def sim_config(self) -> SimConfig:
-        """The simulator configuration that wires the core the same way."""
-        return SimConfig(
-            cycle=self.cycle,
-            control_every=self.control_every,
-            rate_per_weight=self.rate_per_weight,
-            queue_weights=tuple(self.queue_weights),  # type: ignore[arg-type]
-            work_conserving=self.work_conserving,
-            log_every=self.log_every,
-            queue=QueueMode(self.queue),
-        )
+        """The simulator configuration that wires the core the same way: :attr:`core`."""
+        return self.core
 
     def get_policy(self) -> Policy:
         """The policy by name, with this configuration's placement."""

@@ -295,7 +295,7 @@ def deploy(
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from global_manager.core import GlobalConfig, GlobalManagerCore
+    from global_manager.core import GlobalManagerCore
     from runtime.actors import ControllerActor, GlobalManagerActor, LocalManagerActor
 
     say = progress or (lambda msg: None)
@@ -310,9 +310,7 @@ def deploy(
     placements = plan(ray_nodes, emulated, config.core_mhz)
     nodes = [p.node for p in placements]
     policy = config.get_policy()
-    budgets = GlobalManagerCore(
-        nodes, policy, GlobalConfig(config.rate_per_weight, config.qos_share)
-    ).node_budgets()
+    budgets = GlobalManagerCore(nodes, policy, config.core.global_config()).node_budgets()
     here = str(ray.get_runtime_context().get_node_id())
     address = str(ray.get_runtime_context().gcs_address)
     log = str(Path(log_path).expanduser().resolve()) if log_path else str(default_log_path())

@@ -231,13 +231,14 @@ def explain(
     return path_of(loc, prefix), reason or _default_reason(err, pattern, wording)
 
 
-def fields_model(cls: type) -> type[BaseModel]:
+def fields_model(cls: type, exclude: Sequence[str] = ()) -> type[BaseModel]:
     """A strict pydantic model of a dataclass's fields, from their annotations
     (``Annotated[int, Field(ge=1)]``: the dataclass ignores the metadata, the model
-    checks it). For records built in code that check themselves in ``__post_init__``
-    with :func:`check_fields`."""
+    checks it), ``exclude``-d fields left out (a nested record that checks itself). For
+    records built in code that check themselves in ``__post_init__`` with
+    :func:`check_fields`."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in exclude]
     spec: dict[str, Any] = {name: (hints[name], ...) for name in names}
     return create_model(f"{cls.__name__}Fields", __config__=STRICT, **spec)
 

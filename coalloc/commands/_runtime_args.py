@@ -111,7 +111,7 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
     """A :class:`runtime.config.RuntimeConfig` from the parsed options (UserError if bad;
     ``--nodes`` is checked here too, before anything is started)."""
     from clocks.real_clock import parse_server
-    from runtime.config import RuntimeConfig
+    from runtime.config import RuntimeConfig, runtime_core
     from runtime.nodes import parse_nodes_spec
 
     try:
@@ -124,10 +124,11 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             for key, value in (("cycle", args.cycle), ("control_every", args.control_every))
             if value is not None
         }
+        core = runtime_core(queue=getattr(args, "queue", "wait"), **optional)
         return RuntimeConfig(
+            core,
             policy=args.policy,
             time_scale=args.time_scale,
-            **optional,
             report_port=args.report_port,
             command_port=args.command_port,
             ntp_servers=tuple(args.ntp_server),
@@ -135,7 +136,6 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             seed=args.seed,
             core_mhz=args.core_mhz,
             insecure=bool(getattr(args, "insecure", False)),
-            queue=getattr(args, "queue", "wait"),
             placement=getattr(args, "placement", "flow"),
             node_timeout=getattr(args, "node_timeout", 50),
         )

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runtime.config import RuntimeConfig
+from runtime.config import RuntimeConfig, runtime_core
 from runtime.global_service import GlobalService
 from tests.unit.runtime.test_runtime_wiring import NODES, Loopback, strict
 from workloads.messages import SubtaskOutcome, SubtaskPhase
@@ -60,7 +60,9 @@ class Grid:
     placement cycle and, every ``monitor`` cycles, its node check with reconciliation."""
 
     def __init__(self, tmp_path: Path, **config: Any) -> None:
-        cfg = RuntimeConfig(start_margin_s=0.0, cycle=CYCLE, node_timeout=20, **config)
+        queue = config.pop("queue", "wait")
+        cfg = RuntimeConfig(runtime_core(cycle=CYCLE, queue=queue), start_margin_s=0.0,
+                            node_timeout=20, **config)
         self.loop = Loopback(NODES, cfg, tmp_path / "phase.jsonl")
         self.dispatch = Faulty(self.loop.gm.dispatch)
         self.journal = tmp_path / "gm.json"

@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from runtime.config import RuntimeConfig
+from runtime.config import RuntimeConfig, runtime_core
 from runtime.global_service import GlobalService
 from tests.unit.runtime.test_runtime_wiring import JOBS, NODES, Loopback, _periods
 from workloads.messages import SubtaskOutcome, SubtaskPhase
@@ -31,7 +31,8 @@ class Recorder:
 
 
 def _service(tmp_path: Path, rec: Recorder) -> GlobalService:
-    loop = Loopback(NODES, RuntimeConfig(start_margin_s=0.0, cycle=10.0), tmp_path / "l.jsonl")
+    config = RuntimeConfig(runtime_core(cycle=10.0), start_margin_s=0.0)
+    loop = Loopback(NODES, config, tmp_path / "l.jsonl")
     return GlobalService(NODES, loop.gm.config, loop.clock, rec, tmp_path / "gm.json")
 
 
@@ -90,7 +91,7 @@ def test_reconcile_applies_outcomes_the_service_missed(tmp_path: Path) -> None:
 
 
 def test_a_restart_mid_run_makes_the_same_decisions(tmp_path: Path) -> None:
-    config = RuntimeConfig(policy="sq", start_margin_s=0.0, cycle=10.0)
+    config = RuntimeConfig(runtime_core(cycle=10.0), policy="sq", start_margin_s=0.0)
     plain = Loopback(NODES, config, tmp_path / "plain.jsonl")
     plain.gm.submit(list(JOBS))
     plain.run()

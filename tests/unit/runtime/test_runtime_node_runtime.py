@@ -16,7 +16,7 @@ from support import wait_until
 from clocks.base import ManualClock
 from coallocator.messages import ProgressReport, ReweightCommand
 from local_manager.process_executor import CycleUsage, ExecutorState, LimitMode
-from runtime.config import RuntimeConfig
+from runtime.config import RuntimeConfig, runtime_core
 from runtime.controller_service import ControllerService
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase
@@ -98,8 +98,9 @@ def make(node: Node, factory: Any = None) -> tuple[NodeRuntime, Sink, Commands,
                                                    list[SubtaskOutcome]]:
     clock = ModelClock(ManualClock(0.0), TimeBase(0.0, SCALE))
     sink, cmds, ended = Sink(), Commands(), []
-    rt = NodeRuntime(node, RuntimeConfig(cycle=Q, time_scale=SCALE), clock, sink, cmds,
-                     ended.append, incarnation=1, process_factory=factory)
+    config = RuntimeConfig(runtime_core(cycle=Q), time_scale=SCALE)
+    rt = NodeRuntime(node, config, clock, sink, cmds, ended.append, incarnation=1,
+                     process_factory=factory)
     return rt, sink, cmds, ended
 
 
@@ -208,7 +209,7 @@ class RealTime:
 def test_node_and_controller_loops_follow_the_model_time_grid() -> None:
     """The real loops on a fast time scale: a cycle of 10 model s is 10 ms real."""
     scale = 1000.0
-    cfg = RuntimeConfig(cycle=Q, time_scale=scale)
+    cfg = RuntimeConfig(runtime_core(cycle=Q), time_scale=scale)
     clock = ModelClock(RealTime(), TimeBase(time.time(), scale))
     arrived = threading.Condition()
 

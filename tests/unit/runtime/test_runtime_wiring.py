@@ -15,7 +15,7 @@ from clocks.base import ManualClock
 from coallocator.messages import ProgressReport, ReweightCommand
 from global_manager.core import QueueMode
 from global_manager.simulator import SimConfig, simulate
-from runtime.config import RuntimeConfig
+from runtime.config import RuntimeConfig, runtime_core
 from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
 from runtime.node_runtime import NodeRuntime
@@ -176,7 +176,7 @@ def _periods(path: Path) -> list[tuple[Any, ...]]:
 def test_live_wiring_makes_the_simulators_decisions(
     tmp_path: Path, policy: str, queue: str, placement: str
 ) -> None:
-    config = RuntimeConfig(policy=policy, start_margin_s=0.0, cycle=10.0, queue=queue,
+    config = RuntimeConfig(runtime_core(cycle=10.0, queue=queue), policy=policy, start_margin_s=0.0,
                            placement=placement)
     live_log, sim_log = tmp_path / "live.jsonl", tmp_path / "sim.jsonl"
     loop = Loopback(NODES, config, live_log)
