@@ -385,7 +385,10 @@ def deploy(
     except ValueError as exc:
         raise UserError(str(exc)) from None
     ray_nodes = ray_nodes_from(ray.nodes())
-    placements = plan(ray_nodes, emulated, config.core_mhz)
+    try:
+        placements = plan(ray_nodes, emulated, config.core_mhz)
+    except ValueError as exc:  # no alive nodes; a bad coalloc_label_<name> resource
+        raise UserError(str(exc)) from None
     nodes = [p.node for p in placements]
     policy = config.get_policy()
     budgets = GlobalManagerCore(

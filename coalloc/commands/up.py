@@ -116,6 +116,7 @@ def run_up(args: argparse.Namespace) -> int:
         print(
             f"  node {p.node.name}: {p.node.speed_mhz:g} MHz x {p.node.cores:g} core(s) "
             f"({kind} {p.ray_node_id[:12]})"
+            + (f" labels {','.join(sorted(p.node.labels))}" if p.node.labels else "")
         )
     print(f"  report endpoint {dep.report_endpoint}")
     print(f"  transport {INSECURE_NOTE if config.insecure else CURVE_NOTE}")
