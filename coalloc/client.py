@@ -139,7 +139,8 @@ class Client:
         return list(self._call("submit", self.specs(spec), uuid.uuid4().hex))
 
     def submit(self, spec: Any) -> str:
-        """Submit one job; return its id. Raises :class:`JobRejected` if not admitted."""
+        """Submit one job; return its id (it runs, or waits in the pending queue).
+        Raises :class:`JobRejected` if it was rejected."""
         jobs = self.specs(spec)
         if len(jobs) != 1:
             raise UserError(
@@ -147,7 +148,7 @@ class Client:
                 "jobs; use submit_all for several"
             )
         (answer,) = self._call("submit", jobs, uuid.uuid4().hex)
-        if not answer["admitted"]:
+        if not answer["admitted"] and not answer.get("pending"):
             raise JobRejected(answer["job_id"], answer["reason"])
         return str(answer["job_id"])
 
@@ -159,15 +160,16 @@ class Client:
         return dict(rec)
 
     def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
-        """Block until the job is completed, failed, cancelled or rejected; return its
-        record. Raises TimeoutError after ``timeout`` real seconds."""
+        """Block until the job is completed, failed, cancelled, expired or rejected (not
+        pending or running); return its record. Raises TimeoutError after ``timeout`` real
+        seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             rec = self.job(job_id)
-            if rec["state"] != "running":
+            if rec["state"] not in ("running", "pending"):
                 return rec
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"{job_id}: still running after {timeout:g} s")
+                raise TimeoutError(f"{job_id}: still {rec['state']} after {timeout:g} s")
             time.sleep(POLL_S)
 
     def job_states(self, job_ids: Iterable[str] | None = None) -> dict[str, str]:
@@ -180,6 +182,12 @@ class Client:
         if job_id is not None and not st["jobs"]:
             raise UserError(f"{job_id}: unknown job id")
         return st
+
+    def queue(self) -> list[dict[str, Any]]:
+        """Pending and running jobs, pending first in placement order: ``job_id``,
+        ``name``, ``qos``, ``user``, ``priority``, ``state``, ``wait`` (model s),
+        ``reason``, ``nodes``, ``attempt``, ``pending_reasons``."""
+        return list(self._call("queue"))
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a running job (its processes are killed); return its record."""

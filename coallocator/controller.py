@@ -1,4 +1,4 @@
-"""The SQ co-allocation controller as a pure solver (DESIGN §3 "Controller").
+"""The SQ co-allocation controller as a pure solver (``docs/model.md`` §3, "Controller").
 
 :func:`control` maps a frozen :class:`ControlRequest` (the virtual clocks and weights of
 every running strict job, and each node's overbooking slack) to a :class:`ControlReply`

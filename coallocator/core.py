@@ -14,7 +14,7 @@ gives back come out of it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coallocator.controller import (
     ControllerConfig,
@@ -212,11 +212,13 @@ class ControllerCore:
                 self._close(job)
         return True
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, reason: str = "") -> None:
+        """Stop tracking ``job_id``; its summary (not completed) carries ``reason``."""
         job = self.jobs.pop(job_id, None)
         if job is not None:
-            self._emit(job.tracker.summary())
-            self.summaries[job_id] = job.tracker.summary()
+            summary = replace(job.tracker.summary(), reason=reason)
+            self._emit(summary)
+            self.summaries[job_id] = summary
 
     def _close(self, job: _JobTrack) -> None:
         summary = job.tracker.summary()

@@ -1,5 +1,5 @@
 """The phase-difference log: JSON Lines, one record per job per control period and one
-summary record per job (DESIGN §3 "Phase difference").
+summary record per job (``docs/model.md`` §3, "Phase difference").
 
 Period record (``"type": "period"``): ``job``, ``period`` (k), ``real_time`` (s),
 ``mean_virtual`` (s), ``phase_difference`` (s), ``window`` (none | overall_behind |
@@ -61,6 +61,9 @@ class SummaryRecord:
     #: window ``E_t`` (0 for jobs without windows).
     window_violations: int = 0
     overall_violations: int = 0
+    #: Why a job that did not complete ended (cancelled, failed, requeued after a node
+    #: was lost); empty for a completed job.
+    reason: str = ""
     type: str = "summary"
 
 

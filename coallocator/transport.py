@@ -48,7 +48,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -788,10 +788,6 @@ class CommandPublisher(_SocketOwner):
             return False
         self._sent += 1
         return True
-
-    def publish_all(self, commands: Iterable[ReweightCommand]) -> int:
-        """Publish each command; returns how many were queued."""
-        return sum(1 for command in commands if self.publish(command))
 
     def counters(self) -> dict[str, Any]:
         """Snapshot: ``sent``, ``dropped`` (queue full), ``unroutable`` (no connection

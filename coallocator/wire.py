@@ -375,7 +375,7 @@ def _slow_fields(
 # allocates the instance and sets the slots through their member descriptors, bound once
 # as default arguments (unrolled: a loop costs half the gain). This is only equivalent
 # while the class has exactly these slots in this order and no __post_init__; if
-# messages.py changes, the plain constructor is used (checked once, at import).
+# workloads/messages.py changes, the plain constructor is used (checked once, at import).
 def _slots_match(cls: type, names: tuple[str, ...]) -> bool:
     return (
         tuple(f.name for f in dataclasses.fields(cls)) == names

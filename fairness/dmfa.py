@@ -1,7 +1,7 @@
 """DMFA-SRQ: dynamic multi-resource fair allocation based on shared resource quantity.
 
-The seed (``dmfa-srq-dynamic-fair-allocation.txt``; ``DESIGN.md`` §4) and its conventions as
-this module reads them:
+The seed (``dmfa-srq-dynamic-fair-allocation.txt``; ``docs/model.md`` §4, "DMFA-SRQ") and
+its conventions as this module reads them:
 
 * There are ``m`` resources; each resource's **pool is 1** (all quantities below are
   fractions of a pool). User ``i`` states a per-task demand vector ``D_i``: ``D_ij`` is the
@@ -192,11 +192,6 @@ class DmfaSrq:
     def n_resources(self) -> int | None:
         """Number of resources ``m`` (``None`` until known)."""
         return self._m
-
-    @property
-    def total_share(self) -> float:
-        """``W_k``: the sum of the present users' shares (fraction of each pool)."""
-        return self._total_share
 
     @property
     def levels(self) -> tuple[float, ...]:

@@ -1,10 +1,11 @@
 """Dominant Resource Fairness (Ghodsi et al., NSDI 2011; the thesis' chapter 3).
 
-Model (DESIGN.md section 4): a pool with capacity ``C_j`` of each resource ``j``; user ``i``
-runs identical tasks, each needing ``d_ij`` of resource ``j`` (same unit as ``C_j``). With
-``x_i`` tasks, user ``i``'s share of resource ``j`` is ``u_ij = x_i d_ij / C_j`` and its
-dominant share is ``max_j u_ij``. Weighted DRF divides by a weight first:
-``s_i = max_j u_ij / w_ij`` (a scalar weight ``w_i`` means ``w_ij = w_i`` for every ``j``).
+Model (``docs/model.md`` §4, "DRF"): a pool with capacity ``C_j`` of each resource ``j``;
+user ``i`` runs identical tasks, each needing ``d_ij`` of resource ``j`` (same unit as
+``C_j``). With ``x_i`` tasks, user ``i``'s share of resource ``j`` is
+``u_ij = x_i d_ij / C_j`` and its dominant share is ``max_j u_ij``. Weighted DRF divides
+by a weight first: ``s_i = max_j u_ij / w_ij`` (a scalar weight ``w_i`` means
+``w_ij = w_i`` for every ``j``).
 DRF is max-min fairness on the ``s_i``: raise the lowest first, then the next, and so on.
 
 * :func:`drf` with ``divisible=False``: the papers' Algorithm 1, progressive filling on a
@@ -16,8 +17,11 @@ DRF is max-min fairness on the ``s_i``: raise the lowest first, then the next, a
 * :func:`drf` with ``divisible=True``: the exact fluid DRF, the lexicographic max-min of
   the ``s_i``: all unfrozen users' ``s_i`` rise together; a user freezes when it reaches its
   ``max_tasks`` or when a resource it uses saturates. ``O(n m (m + 1) + n log n)``.
-* :class:`DrfAllocator`: the online form the local queues use (users come and go, tasks
-  are launched and finish); for the same sequence it gives the same result as :func:`drf`.
+* :class:`DrfAllocator`: the online form (users come and go, tasks are launched and
+  finish); for the same sequence it gives the same result as :func:`drf`. The local
+  queues do not use it: each cycle they call :func:`drf` (divisible, for entries with
+  memory or IO demands) or :func:`fairness.single.water_fill` (CPU-only entries), in
+  ``local_manager/scheduler.py``.
 
 Deterministic tie-breaking: among users with equal ``s_i`` the one given (added) first
 wins. A task fits when ``used_j + d_ij <= C_j (1 + 1e-9)`` for every resource: the slack

@@ -1,5 +1,5 @@
-"""Admission control and placement: pure solvers over frozen requests (DESIGN §3
-"Admission").
+"""Admission control and placement: pure solvers over frozen requests
+(``docs/model.md`` §3, "Admission").
 
 A node accepts a strict subtask only while the sum of expected rates of its strict
 subtasks stays within its *budget*: ``qos_share * cpu_rate`` under strict admission,

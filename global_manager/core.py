@@ -1,9 +1,10 @@
 """The global grid resource manager's core (GGRMS): job table, expected rates,
 admission and all-or-nothing placement. No I/O, no clock reads: ``now`` is passed in.
 
-Expected rate (DESIGN §3): subtask ``i`` of job ``t`` gets ``x_i = r_i * u_t`` Mcycles/s,
-where ``u_t`` is the grid's ``rate_per_weight`` (Mcycles/s per weight unit) or, for a job
-with a target duration ``D_t``, ``max_i(w_i / r_i) / D_t``.
+Expected rate (``docs/model.md`` §3, "Expected rate"): subtask ``i`` of job ``t`` gets
+``x_i = r_i * u_t`` Mcycles/s, where ``u_t`` is the grid's ``rate_per_weight``
+(Mcycles/s per weight unit) or, for a job with a target duration ``D_t``,
+``max_i(w_i / r_i) / D_t``.
 
 Jobs given as ``parallelism: N`` with total work ``W`` and total weight ``R`` are split on
 the ``N`` nodes the placement policy ranks first: node ``j`` gets weight
@@ -185,6 +186,8 @@ class GlobalManagerCore:
         self._last_cycle = -math.inf
         #: Placement cycles run (not skipped) by :meth:`place_pending`.
         self.cycles_run = 0
+        #: Nodes placement skips: their manager is dead, stale or lost (live runtime).
+        self.down: set[str] = set()
 
     # ------------------------------------------------------------------ queries
     def budget(self, node: str) -> float:
@@ -196,12 +199,28 @@ class GlobalManagerCore:
         return {n: self.budget(n) for n in self.nodes}
 
     def _loads(self) -> tuple[NodeLoad, ...]:
+        """The nodes placement may use (not :attr:`down`) and their loads."""
         return tuple(
             NodeLoad(
                 n.name, n.cpu_rate, self.committed[n.name], self.budget(n.name), self.load[n.name]
             )
             for n in self.nodes.values()
+            if n.name not in self.down
         )
+
+    def set_node_down(self, node: str, down: bool = True) -> bool:
+        """Take ``node`` out of placement (its manager is dead, stale or lost) or put it
+        back; what runs there is not touched. True if that changed anything."""
+        if node not in self.nodes:
+            raise KeyError(node)
+        if (node in self.down) == down:
+            return False
+        if down:
+            self.down.add(node)
+        else:
+            self.down.discard(node)
+        self._changed = True
+        return True
 
     # --------------------------------------------------------------- submission
     def new_job_id(self) -> str:
@@ -243,6 +262,13 @@ class GlobalManagerCore:
             return self._start(job_id, spec, now, works, weights, rates, (spec.node,))
         if n > len(self.nodes):
             return Admission(job_id, False, f"{n} subtasks but only {len(self.nodes)} nodes")
+        up = len(self.nodes) - len(self.down)
+        if n > up and not (spec.qos is QosClass.STRICT and self.config.queue is QueueMode.WAIT):
+            return Admission(
+                job_id, False,
+                f"{n} subtasks but only {up} of {len(self.nodes)} nodes are up "
+                f"(down: {', '.join(sorted(self.down))})",
+            )
         if not spec.subtasks:
             bad = _check_split_totals(spec)
             if bad:
@@ -478,17 +504,17 @@ class GlobalManagerCore:
             del self.pending[rec.job_id]
             works, weights, rates = self._shape(rec.spec)
             placed.append(self._start(rec.job_id, rec.spec, now, works, weights, rates, nodes))
-        hid = reply.reserved_for
-        if self._drain is None and hid is not None and hid in self.pending:
-            spec = self.pending[hid].spec
+        rid = reply.reserved_for
+        if self._drain is None and rid is not None and rid in self.pending:
+            spec = self.pending[rid].spec
             _, _, rates = self._shape(spec)
             # The nodes that drain first: least committed, then by name.
             order_n = sorted(self.nodes, key=lambda n: (self.committed[n], n))
             whole = {n: self.budget(n) for n in order_n}
             nodes = self._assign(spec, rates, whole, tuple(order_n))
             if nodes is not None:
-                self._drain = (hid, tuple(sorted(set(nodes))))
-                self.pending[hid].reasons = (PendingReason(
+                self._drain = (rid, tuple(sorted(set(nodes))))
+                self.pending[rid].reasons = (PendingReason(
                     ReasonKind.RESERVED,
                     f"holds nodes {', '.join(self._drain[1])}: placed there once the jobs "
                     "running on them finish",
@@ -506,8 +532,8 @@ class GlobalManagerCore:
         for i in sorted(range(len(rates)), key=lambda i: (-rates[i], i)):
             labels = spec.labels_of(i)
             for n in order:
-                if n not in used and labels <= self.nodes[n].labels and \
-                        rates[i] <= room[n] + 1e-9:
+                if n not in used and n not in self.down and labels <= self.nodes[n].labels \
+                        and rates[i] <= room[n] + 1e-9:
                     chosen[i] = n
                     used.add(n)
                     break
@@ -569,6 +595,8 @@ class GlobalManagerCore:
         room for anybody else."""
         out = []
         for n in self.nodes.values():
+            if n.name in self.down and not empty:
+                continue
             b = self.budget(n.name)
             c = 0.0 if empty else self.committed[n.name]
             free = 0.0 if n.name in held else b - c
@@ -640,6 +668,10 @@ class GlobalManagerCore:
         # A missing total weight means 1 per subtask, as in job files.
         total_weight = float(spec.total_weight if spec.total_weight is not None else n)
         ranked = self.placement.rank(self._loads(), checked, self.rng)[:n]
+        if len(ranked) < n:
+            return [], [], [], PlacementReply(
+                None, f"{n} subtasks but only {len(ranked)} nodes are up"
+            )
         basis = [max(nl.free, 0.0) if checked else nl.cpu_rate for nl in ranked]
         if sum(basis) <= 0:
             basis = [nl.cpu_rate for nl in ranked]
@@ -680,6 +712,18 @@ class GlobalManagerCore:
         job.cancelled = True
         return running
 
+    def requeue(self, job_id: str, spec: JobSpec, now: float) -> list[Subtask]:
+        """Stop a running job and put it back in the pending queue as ``spec`` (its
+        remaining work) from ``now`` (s): its ``max_wait`` counts from here. Returns the
+        subtasks that were still running (their budgets are released). Works in either
+        queue mode: a requeued job is never dropped for not fitting at once."""
+        running = self.cancel(job_id)
+        del self.jobs[job_id]
+        self._seq += 1
+        self.pending[job_id] = PendingRecord(spec, job_id, now, self._seq)
+        self._changed = True
+        return running
+
     def _release(self, s: Subtask, spec: JobSpec) -> None:
         self._changed = True
         if spec.qos is QosClass.STRICT:
@@ -694,20 +738,27 @@ class GlobalManagerCore:
     # ------------------------------------------------------------ persistence
     def snapshot(self) -> dict[str, Any]:
         """The core's mutable state as JSON-able data (job ids, RNG state, committed and
-        load rates in Mcycles/s, and per job its QoS, subtasks and running set), for a
-        restarted global manager to :meth:`restore`. Job specs are reduced to name and
-        QoS: a restored job is only ever finished or cancelled, never re-placed."""
+        load rates in Mcycles/s, what each user holds, nodes down, the pending queue and
+        per job its spec, subtasks and running set), for a restarted global manager to
+        :meth:`restore`. Specs are written as job-file mappings
+        (:func:`workloads.spec.job_to_dict`)."""
+        from workloads.spec import job_to_dict
+
         version, internal, gauss = self.rng.getstate()
         return {
             "next_id": self._next_id,
+            "seq": self._seq,
             "rng": [version, list(internal), gauss],
             "committed": dict(self.committed),
             "load": dict(self.load),
+            "user_held": dict(self.user_held),
+            "down": sorted(self.down),
+            "closed": {j: st.value for j, st in self.closed.items()},
+            "drain": None if self._drain is None else [self._drain[0], list(self._drain[1])],
             "jobs": [
                 {
                     "job_id": j.job_id,
-                    "name": j.spec.name,
-                    "qos": j.spec.qos.value,
+                    "spec": job_to_dict(j.spec),
                     "arrival": j.arrival,
                     "running": sorted(j.running),
                     "cancelled": j.cancelled,
@@ -715,30 +766,60 @@ class GlobalManagerCore:
                 }
                 for j in self.jobs.values()
             ],
+            "pending": [
+                {"job_id": r.job_id, "spec": job_to_dict(r.spec), "arrival": r.arrival,
+                 "seq": r.seq}
+                for r in self.pending.values()
+            ],
         }
 
     def restore(self, snap: Mapping[str, Any]) -> None:
         """Replace the mutable state with a :meth:`snapshot` of a core over the same
         nodes and policy (ValueError naming the field if it does not fit)."""
+        from workloads.spec import DEFAULT_USER, parse_job
+
+        def spec_of(d: Mapping[str, Any], job_id: str) -> JobSpec:
+            spec = parse_job(d, "journal", allow_local=True, default_user=DEFAULT_USER)
+            return _with_job_id(spec, job_id)
+
         unknown = set(snap["committed"]) ^ set(self.nodes)
         if unknown:
             raise ValueError(f"committed: nodes {sorted(unknown)} do not match this core's")
         version, internal, gauss = snap["rng"]
         self.rng.setstate((int(version), tuple(int(x) for x in internal), gauss))
         self._next_id = int(snap["next_id"])
+        self._seq = int(snap.get("seq", 0))
         self.committed = {n: float(snap["committed"][n]) for n in self.nodes}
         self.load = {n: float(snap["load"][n]) for n in self.nodes}
+        self.user_held = {str(u): float(h) for u, h in snap.get("user_held", {}).items()}
+        self.down = {str(n) for n in snap.get("down", [])} & set(self.nodes)
+        self.closed = {str(j): JobState(st) for j, st in snap.get("closed", {}).items()}
+        drain = snap.get("drain")
+        self._drain = None if not drain else (str(drain[0]), tuple(str(n) for n in drain[1]))
         self.jobs = {}
         for j in snap["jobs"]:
-            qos = QosClass(j["qos"])
-            self.jobs[j["job_id"]] = JobRecord(
-                JobSpec(name=str(j["name"]), qos=qos, job_id=str(j["job_id"])),
-                str(j["job_id"]),
+            job_id = str(j["job_id"])
+            self.jobs[job_id] = JobRecord(
+                spec_of(j["spec"], job_id),
+                job_id,
                 float(j["arrival"]),
                 tuple(subtask_from_dict(s) for s in j["subtasks"]),
                 {int(i) for i in j["running"]},
                 bool(j["cancelled"]),
             )
+        self.pending = {}
+        for r in snap.get("pending", []):
+            job_id = str(r["job_id"])
+            self.pending[job_id] = PendingRecord(
+                spec_of(r["spec"], job_id), job_id, float(r["arrival"]), int(r["seq"])
+            )
+        self._changed = True
+
+
+def _with_job_id(spec: JobSpec, job_id: str) -> JobSpec:
+    from dataclasses import replace
+
+    return replace(spec, job_id=job_id)
 
 
 def _check_split_totals(spec: JobSpec) -> str:

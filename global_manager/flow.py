@@ -1,4 +1,5 @@
-"""A min-cost flow network with warm re-solves: a small wrapper over pylmcf (DESIGN §4).
+"""A min-cost flow network with warm re-solves: a small wrapper over pylmcf
+(``docs/model.md`` §4, "Min-cost max-flow scheduler").
 
 The graph API of the min-cost max-flow scheduler (add node, add arc, set capacity, set
 cost) over pylmcf's LEMON network simplex, which keeps its spanning-tree basis between

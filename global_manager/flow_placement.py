@@ -1,4 +1,5 @@
-"""Flow placement: one placement cycle for the pending queue as a min-cost flow (DESIGN §4).
+"""Flow placement: one placement cycle for the pending queue as a min-cost flow
+(``docs/model.md`` §4, "Min-cost max-flow scheduler").
 
 A pure function, :func:`place_pending`, from a frozen :class:`FlowPlacementRequest` (the
 pending jobs, the nodes' free admission budgets, the users' shares) to a frozen

@@ -29,65 +29,11 @@ from pathlib import Path
 from clocks.base import ManualClock
 from coallocator.core import ControllerCore
 from coallocator.phase_log import PeriodRecord, SummaryRecord, to_json_line
+from global_manager.config import SimConfig
 from global_manager.core import Admission, GlobalConfig, GlobalManagerCore, JobState, QueueMode
 from global_manager.policies import Policy, get_policy
-from local_manager.scheduler import (
-    DEFAULT_QUEUE_WEIGHTS,
-    CycleResult,
-    LocalScheduler,
-    LocalSchedulerConfig,
-)
+from local_manager.scheduler import CycleResult, LocalScheduler
 from workloads.model import JobSpec, QosClass, QueueName, Workload
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    """``cycle``: local scheduling cycle ``q`` (s); ``control_every``: cycles per control
-    period; ``rate_per_weight``: ``u_t`` default (Mcycles/s per weight unit);
-    ``queue_weights``: CPU weights of the local, QoS and best-effort queues;
-    ``work_conserving``: pass unused queue shares on; ``max_time``: stop the run there (s,
-    ``None`` = when every admitted job has finished); ``log_every``: period records every
-    that many periods (and whenever a window fires)."""
-
-    cycle: float = 30.0
-    control_every: int = 1
-    rate_per_weight: float = 25.0
-    queue_weights: tuple[float, float, float] = (
-        DEFAULT_QUEUE_WEIGHTS[QueueName.LOCAL],
-        DEFAULT_QUEUE_WEIGHTS[QueueName.QOS],
-        DEFAULT_QUEUE_WEIGHTS[QueueName.BEST_EFFORT],
-    )
-    work_conserving: bool = True
-    max_time: float | None = None
-    log_every: int = 1
-    #: Replay whole quiet stretches of the grid in one go: the same work and clock
-    #: arithmetic as stepping, so the same decisions; off = step every cycle.
-    fast_forward: bool = True
-    #: ``reject`` (the paper) or ``wait`` (the pending queue); a string is accepted.
-    queue: QueueMode = QueueMode.REJECT
-
-    def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "queue", QueueMode(self.queue))
-        except ValueError:
-            known = ", ".join(m.value for m in QueueMode)
-            raise ValueError(f"queue: must be one of {known}, got {self.queue!r}") from None
-        if not math.isfinite(self.cycle) or self.cycle <= 0:
-            raise ValueError("cycle: must be a finite number of seconds > 0")
-        if self.control_every < 1:
-            raise ValueError("control_every: must be >= 1 cycle")
-
-    def local_config(self, policy: Policy) -> LocalSchedulerConfig:
-        weights = dict(
-            zip((QueueName.LOCAL, QueueName.QOS, QueueName.BEST_EFFORT), self.queue_weights)
-        )
-        return LocalSchedulerConfig(
-            weights,
-            self.work_conserving,
-            policy.virtual_mode,
-            lend_paced=policy.lend_paced,
-            borrow_idle=policy.borrow_idle,
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,11 +67,6 @@ class CycleUsage:
     state: ExecutorState
     exit_code: int | None
 
-    @property
-    def achieved_share(self) -> float:
-        """CPU the subtask got per second of the cycle (cores); 0 for an empty cycle."""
-        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
-
 
 @dataclass(frozen=True, slots=True)
 class ExecutorRecord:

@@ -1,7 +1,7 @@
 """The process executor: one subtask as a real OS process tree, held each scheduling
 cycle to the CPU share its local manager grants, with the CPU time it really got measured
-(that measurement is x-bar in eq. 4 of the SQ paper, DESIGN §3), killed whole at the end,
-and adoptable by a new owner after a local-manager restart.
+(that measurement is x-bar in eq. 4 of the SQ paper, ``docs/model.md`` §3), killed whole
+at the end, and adoptable by a new owner after a local-manager restart.
 
 The parts live in sibling modules, re-exported here: :mod:`local_manager.proc_tree`
 (process trees and CPU times through psutil, owner markers, the child subreaper),

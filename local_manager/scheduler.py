@@ -1,4 +1,4 @@
-"""The per-node local scheduler core (LRMS), DESIGN §3 "Local scheduler".
+"""The per-node local scheduler core (LRMS), ``docs/model.md`` §3, "Local scheduler".
 
 No I/O and no wall clock: the driver (simulator or live actor) calls :meth:`LocalScheduler.step`
 once per scheduling cycle with the real time at the end of the cycle.
@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from clocks.virtual import VirtualClock
-from coallocator.messages import ProgressReport
 from fairness.drf import drf
 from fairness.single import water_fill
+from workloads.messages import ProgressReport
 from workloads.model import Node, QosClass, QueueName, Subtask, queue_of
 
 DEFAULT_QUEUE_WEIGHTS: Mapping[QueueName, float] = {
@@ -64,7 +64,8 @@ WORK_EPSILON = 1e-6
 
 
 class VirtualSubtaskMode(str, Enum):
-    """What happens to the CPU share a virtual subtask wins (DESIGN §3, step 5)."""
+    """What happens to the CPU share a virtual subtask wins (``docs/model.md`` §3,
+    "Controller", step 5)."""
 
     IDLE = "idle"
     WORK_CONSERVING = "work_conserving"

@@ -50,6 +50,9 @@ CALL_TIMEOUT_S = 30.0
 #: Real seconds between two reconciliations of the global manager's job table with the
 #: local managers' views (finished-subtask notifications lost while it was down).
 RECONCILE_S = 5.0
+#: Real seconds between two health checks of the local managers by the global manager
+#: (each also reconciles that node's subtasks with the job table).
+MONITOR_S = 1.0
 
 
 def _node_id() -> str:
@@ -204,8 +207,9 @@ class ControllerActor:
             job_id, QosClass(qos), arrival, subtasks, overall_deviation, asynchrony
         )
 
-    def cancel(self, job_id: str) -> None:
-        self.service.cancel(job_id)
+    def cancel(self, job_id: str, reason: str = "") -> None:
+        """Stop tracking ``job_id``; its summary in the phase log carries ``reason``."""
+        self.service.cancel(job_id, reason)
 
     def status(self) -> dict[str, Any]:
         st = self.service.status()
@@ -400,12 +404,22 @@ class _RayDispatch:
 
         ray.get(self.local_managers[node].place.remote(subtasks, start), timeout=CALL_TIMEOUT_S)
 
-    def cancel(self, job_id: str, nodes: Any) -> None:
+    def cancel(self, job_id: str, nodes: Any, reason: str = "") -> list[str]:
+        """Stop run ``job_id`` on ``nodes`` and the controller; never raises. Returns the
+        actors that could not be reached (a node's zombie run is cancelled by the
+        reconciliation once its manager answers again)."""
         import ray
 
-        refs = [self.local_managers[n].cancel.remote(job_id) for n in nodes]
-        refs.append(self.controller.cancel.remote(job_id))
-        ray.get(refs, timeout=CALL_TIMEOUT_S)
+        calls = [(f"node {n}", self.local_managers[n].cancel.remote(job_id)) for n in nodes]
+        calls.append(("the controller", self.controller.cancel.remote(job_id, reason)))
+        unreached = []
+        for who, ref in calls:
+            try:
+                ray.get(ref, timeout=CALL_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - reported, the rest still stopped
+                log.warning("cancel %s on %s: %s", job_id, who, type(exc).__name__)
+                unreached.append(who)
+        return unreached
 
 
 class GlobalManagerActor:
@@ -444,28 +458,63 @@ class GlobalManagerActor:
         )
         self.reconciled = 0
         self._stop = threading.Event()
-        self._reconciler = threading.Thread(
-            target=self._reconcile_loop, name="coalloc-gm-reconcile", daemon=True
+        self._monitor = threading.Thread(
+            target=self._monitor_loop, name="coalloc-gm-monitor", daemon=True
         )
-        self._reconciler.start()
+        self._monitor.start()
+        self._queue = threading.Thread(
+            target=self._queue_loop, name="coalloc-gm-queue", daemon=True
+        )
+        self._queue.start()
 
-    def _reconcile_loop(self) -> None:
-        """Every :data:`RECONCILE_S` (at once after a recovery), take the ended subtasks
-        the local managers show as the notifications this actor missed."""
+    def _queue_loop(self) -> None:
+        """Every cycle: a placement cycle of the pending queue (cheap when nothing
+        changed: the core skips it)."""
+        every = max(self.config.real_cycle, 0.05)
+        while not self._stop.wait(every):
+            try:
+                self.service.place_pending()
+            except Exception:  # noqa: BLE001 - logged; the next cycle tries again
+                log.exception("placement cycle failed")
+
+    def _monitor_loop(self) -> None:
+        """Every :data:`MONITOR_S` (at once after a recovery): ask every local manager
+        for its status at once, and wait at most :data:`STATUS_TIMEOUT_S` for the lot.
+        An answer marks the node alive and is reconciled with the job table (ended
+        subtasks whose notifications were lost, work done, runs to stop there); then
+        silent nodes become stale, and lost after ``node_timeout`` cycles."""
         import ray
 
-        wait = 0.0 if self.service.recovered else RECONCILE_S
+        wait = 0.0 if self.service.recovered else MONITOR_S
+        last_error: dict[str, str] = {}
         while not self._stop.wait(wait):
-            wait = RECONCILE_S
-            for node, _ in self.service.running_subtasks().items():
-                lm = self.local_managers.get(node)
-                if lm is None:
-                    continue
+            wait = MONITOR_S
+            names = list(self.local_managers)
+            refs = {self.local_managers[n].status.remote(): n for n in names}
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=STATUS_TIMEOUT_S)
+            for ref in ready:
+                node = refs[ref]
                 try:
-                    st = ray.get(lm.status.remote(), timeout=STATUS_TIMEOUT_S)
-                    self.reconciled += self.service.reconcile(node, st.get("subtasks", []))
-                except Exception as exc:  # noqa: BLE001 - that node is asked again later
-                    log.info("reconcile with %s: %s", node, type(exc).__name__)
+                    st = ray.get(ref, timeout=0)
+                except Exception as exc:  # noqa: BLE001 - that node did not answer
+                    last_error[node] = type(exc).__name__
+                    continue
+                last_error.pop(node, None)
+                self.service.node_answered(node, bool(st.get("loop_alive", st.get("running"))))
+                try:
+                    seen = st.get("subtasks", [])
+                    self.reconciled += self.service.reconcile(node, seen)
+                    for run_id in self.service.runs_to_stop(node, seen):
+                        self.local_managers[node].cancel.remote(run_id)
+                except Exception:  # noqa: BLE001 - asked again next time
+                    log.exception("reconcile with %s", node)
+            for ref in refs:
+                if ref not in ready:
+                    last_error.setdefault(refs[ref], "no answer")
+            try:
+                self.service.check_nodes(last_error)
+            except Exception:  # noqa: BLE001
+                log.exception("node check failed")
 
     def ready(self) -> dict[str, Any]:
         return {
@@ -501,6 +550,10 @@ class GlobalManagerActor:
 
     def job_states(self, job_ids: list[str] | None = None) -> dict[str, str]:
         return self.service.job_states(job_ids)
+
+    def queue(self) -> list[dict[str, Any]]:
+        """Pending and running jobs with user, priority, wait and reason."""
+        return self.service.queue()
 
     def controller_jobs(self) -> list[dict[str, Any]]:
         """What a restarted controller tracks again (see ``GlobalService``)."""
@@ -569,7 +622,8 @@ def assemble_status(
                 n,
                 ray_node_id=ray_id,
                 emulated=emulated,
-                ready=bool(st.get("running")) and not st.get("error"),
+                ready=bool(st.get("running")) and not st.get("error")
+                and n.get("health", "up") == "up",
                 error=st.get("error"),
                 model_time=st.get("model_time"),
                 incarnation=st.get("incarnation"),
@@ -585,11 +639,12 @@ def assemble_status(
     for j in desc["jobs"]:
         if job_id is not None and j["job_id"] != job_id:
             continue
-        view = ctl_jobs.get(j["job_id"], {})
+        run_id = j.get("run_id") or j["job_id"]
+        view = ctl_jobs.get(run_id, {}) if j["state"] != "pending" else {}
         tvs = view.get("virtual_times")
         subs = []
         for s in j["subtasks"]:
-            live = by_key.get((j["job_id"], s["index"]), {})
+            live = by_key.get((run_id, s["index"]), {})
             d = dict(s)
             for key in ("done_work", "weight", "virtual_weight", "virtual_time", "share", "pid",
                         "cpu_s", "start_time"):
@@ -639,6 +694,9 @@ def assemble_status(
     return {
         "address": info.get("address"),
         "policy": desc["policy"],
+        "queue": desc.get("queue"),
+        "journal_error": desc.get("journal_error"),
+        "global_counters": desc.get("global_counters", {}),
         "time_scale": config.time_scale,
         "cycle": config.cycle,
         "control_period": config.control_period,

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from global_manager.config import SimConfig
+from global_manager.core import QueueMode
 from global_manager.policies import Policy, get_policy, policies
-from global_manager.simulator import SimConfig
 
 #: Ray namespace every coalloc actor lives in.
 NAMESPACE = "coalloc"
@@ -99,6 +100,17 @@ class RuntimeConfig:
     seed: int = 0
     core_mhz: float = 1000.0
     insecure: bool = False
+    #: A strict job that does not fit at once: ``wait`` in the pending queue (placed by a
+    #: later cycle) or ``reject`` it (the paper's behaviour).
+    queue: str = "wait"
+    #: Placement policy (a name of :data:`global_manager.admission.placement_policies`):
+    #: ``flow`` (min-cost flow over the whole pending queue: gangs, fair shares between
+    #: users, labels, priority, waiting) by default; "" keeps the policy's own.
+    placement: str = "flow"
+    #: Cycles without an answer from a node's local manager before the node is lost and
+    #: its gangs are ended by their ``on_node_loss`` policy (after ``stall_cycles`` of
+    #: silence it is only stale: placement skips it).
+    node_timeout: int = 50
 
     def __post_init__(self) -> None:
         if self.policy not in policies:
@@ -114,6 +126,18 @@ class RuntimeConfig:
             raise ValueError(f"log_every: must be an integer >= 1, got {self.log_every!r}")
         if not isinstance(self.stall_cycles, int) or self.stall_cycles < 1:
             raise ValueError(f"stall_cycles: must be an integer >= 1, got {self.stall_cycles!r}")
+        from global_manager.admission import placement_policies
+
+        if self.placement and self.placement not in placement_policies:
+            known = ", ".join(placement_policies.names())
+            raise ValueError(f"placement: unknown placement {self.placement!r} (known: {known})")
+        if self.queue not in ("wait", "reject"):
+            raise ValueError(f"queue: must be wait or reject, got {self.queue!r}")
+        if not isinstance(self.node_timeout, int) or self.node_timeout <= self.stall_cycles:
+            raise ValueError(
+                f"node_timeout: must be an integer > stall_cycles ({self.stall_cycles}), "
+                f"got {self.node_timeout!r}"
+            )
         if not 0 <= self.control_lag < 1:
             raise ValueError(f"control_lag: must be within [0, 1) cycles, got {self.control_lag!r}")
         if not math.isfinite(self.start_margin_s) or self.start_margin_s < 0:
@@ -146,9 +170,13 @@ class RuntimeConfig:
             queue_weights=tuple(self.queue_weights),  # type: ignore[arg-type]
             work_conserving=self.work_conserving,
             log_every=self.log_every,
+            queue=QueueMode(self.queue),
         )
 
     def get_policy(self) -> Policy:
+        """The policy by name, with this configuration's placement."""
+        if self.placement:
+            return get_policy(self.policy, placement=self.placement)
         return get_policy(self.policy)
 
     @property

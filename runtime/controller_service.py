@@ -325,11 +325,13 @@ class ControllerService:
                 del self._pending_jobs[job_id]
                 self.core.register_job(*args)
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, reason: str = "") -> None:
+        """Stop tracking ``job_id``; ``reason`` (cancelled, requeued after a node loss,
+        failed) goes into its summary record in the phase log."""
         with self._lock:
             if self._pending_jobs.pop(job_id, None) is not None:
                 return
-            self.core.cancel(job_id)
+            self.core.cancel(job_id, reason)
             self._flush()
 
     def register_node(self, node: str, incarnation: int) -> None:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coalloc.errors import UserError
 from runtime.config import (
     CONTROLLER_NAME,
     GLOBAL_NAME,
@@ -33,6 +32,7 @@ from runtime.config import (
 )
 from runtime.nodes import NodePlacement, parse_nodes_spec, plan, ray_nodes_from
 from runtime.timebase import TimeBase, make_real_clock
+from workloads.errors import UserError
 
 log = logging.getLogger("coalloc.runtime")
 

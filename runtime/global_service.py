@@ -29,23 +29,25 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
-from global_manager.core import GlobalConfig, GlobalManagerCore
+from global_manager.core import GlobalConfig, GlobalManagerCore, QueueMode
 from runtime.config import RuntimeConfig
 from runtime.node_runtime import SubtaskOutcome, SubtaskState
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.atomic import atomic_write_json
-from workloads.model import JobSpec, Node, QosClass, Subtask
+from workloads.model import EndPolicy, JobSpec, Node, QosClass, Subtask
+from workloads.spec import DEFAULT_USER, job_to_dict, parse_job
 
 log = logging.getLogger("coalloc.runtime")
 
 #: Version of the journal file's layout.
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2
 #: How many submission tokens (with their answers) the journal keeps for retries.
 TOKENS_KEPT = 256
 
@@ -53,19 +55,23 @@ TOKENS_KEPT = 256
 class JobState(str, Enum):
     """A job's life in the live runtime."""
 
-    REJECTED = "rejected"
-    RUNNING = "running"  # admitted; subtasks placed (they start at the job's start time)
+    PENDING = "pending"  # in the queue: waits for room (``coalloc status JOB`` says why)
+    RUNNING = "running"  # placed; subtasks placed (they start at the job's start time)
     COMPLETED = "completed"  # every subtask finished successfully
-    FAILED = "failed"  # every subtask ended, at least one failed
+    FAILED = "failed"  # a subtask failed or its node was lost (policy ``fail``)
     CANCELLED = "cancelled"
+    EXPIRED = "expired"  # pending longer than its ``max_wait``
+    REJECTED = "rejected"
 
     @property
     def final(self) -> bool:
-        return self is not JobState.RUNNING
+        return self not in (JobState.PENDING, JobState.RUNNING)
 
 
 class Dispatch(Protocol):
-    """How the global manager reaches the other actors."""
+    """How the global manager reaches the other actors. A call that cannot reach its
+    actor raises (any exception); :meth:`cancel` never raises and returns the nodes it
+    could not reach."""
 
     def register(
         self,
@@ -79,12 +85,29 @@ class Dispatch(Protocol):
 
     def place(self, node: str, subtasks: list[Subtask], start: float) -> None: ...
 
-    def cancel(self, job_id: str, nodes: Iterable[str]) -> None: ...
+    def cancel(self, job_id: str, nodes: Iterable[str], reason: str = "") -> list[str]: ...
+
+
+class DispatchFailed(Exception):
+    """Placing a job on the other actors failed: ``actor`` names the one that did not
+    answer (``the controller`` or ``the local manager of node X``), ``node`` is X."""
+
+    def __init__(self, actor: str, node: str | None, cause: BaseException) -> None:
+        self.actor = actor
+        self.node = node
+        self.cause = cause
+        super().__init__(f"{actor} is unreachable ({type(cause).__name__})")
 
 
 @dataclass(slots=True)
 class JobInfo:
-    """One job in the live job table. Times in model s; ``work`` in Mcycles."""
+    """One job in the live job table. Times in model s; ``work`` in Mcycles.
+
+    ``spec``: the job as submitted (a job-file mapping, :func:`workloads.spec.job_to_dict`),
+    what a requeue starts from. ``run_id``: the id its current run has on the controller
+    and the local managers (the job id, then ``<job id>.<n>`` for the n-th dispatch), so
+    that what a stopped run left behind is never taken for the current one. ``attempt``:
+    runs started (requeues count); ``history``: one line per run that ended early."""
 
     job_id: str
     name: str
@@ -98,58 +121,56 @@ class JobInfo:
     outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
     overall_deviation: float | None = None  # model s, as in the job's spec
     asynchrony: float | None = None  # model s, as in the job's spec
+    user: str = DEFAULT_USER
+    priority: int = 0
+    spec: dict[str, Any] = field(default_factory=dict)
+    run_id: str = ""
+    dispatches: int = 0
+    attempt: int = 1
+    history: list[str] = field(default_factory=list)
+    queued_at: float | None = None  # model s it (re)entered the pending queue
+    #: Fraction of the job's work its current run was given (requeues start from the
+    #: gang's last common progress).
+    work_left: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,
             "name": self.name,
             "qos": self.qos,
+            "user": self.user,
+            "priority": self.priority,
             "state": self.state.value,
             "reason": self.reason,
             "submitted_at": self.submitted_at,
             "start_at": self.start_at,
             "finished_at": self.finished_at,
+            "run_id": self.run_id or self.job_id,
+            "attempt": self.attempt,
+            "history": list(self.history),
             "nodes": [s["node"] for s in self.subtasks],
             "subtasks": [dict(s, **self.outcomes.get(s["index"], {})) for s in self.subtasks],
         }
 
     def to_record(self) -> dict[str, Any]:
         """Every field as JSON-able data, for the journal (:meth:`from_record` inverts)."""
-        return {
-            "job_id": self.job_id,
-            "name": self.name,
-            "qos": self.qos,
-            "state": self.state.value,
-            "reason": self.reason,
-            "submitted_at": self.submitted_at,
-            "start_at": self.start_at,
-            "subtasks": self.subtasks,
-            "finished_at": self.finished_at,
-            "outcomes": {str(i): o for i, o in self.outcomes.items()},
-            "overall_deviation": self.overall_deviation,
-            "asynchrony": self.asynchrony,
-        }
+        d = {f: getattr(self, f) for f in JobInfo.__dataclass_fields__}
+        d["state"] = self.state.value
+        d["outcomes"] = {str(i): o for i, o in self.outcomes.items()}
+        return d
 
     @staticmethod
     def from_record(d: Mapping[str, Any]) -> JobInfo:
-        return JobInfo(
-            job_id=str(d["job_id"]),
-            name=str(d["name"]),
-            qos=str(d["qos"]),
-            state=JobState(d["state"]),
-            reason=str(d["reason"]),
-            submitted_at=float(d["submitted_at"]),
-            start_at=None if d["start_at"] is None else float(d["start_at"]),
-            subtasks=[dict(s) for s in d["subtasks"]],
-            finished_at=None if d["finished_at"] is None else float(d["finished_at"]),
-            outcomes={int(i): dict(o) for i, o in d["outcomes"].items()},
-            overall_deviation=d.get("overall_deviation"),
-            asynchrony=d.get("asynchrony"),
-        )
+        fields = {k: d[k] for k in JobInfo.__dataclass_fields__ if k in d}
+        fields["state"] = JobState(d["state"])
+        fields["outcomes"] = {int(i): dict(o) for i, o in d["outcomes"].items()}
+        fields["subtasks"] = [dict(s) for s in d["subtasks"]]
+        return JobInfo(**fields)
 
 
 class GlobalService:
-    """Admission, placement and the job table of the live runtime. Thread-safe."""
+    """Admission, the pending queue, placement, node health and the job table of the
+    live runtime. Thread-safe."""
 
     def __init__(
         self,
@@ -168,14 +189,27 @@ class GlobalService:
         self.core = GlobalManagerCore(
             nodes,
             self.policy,
-            GlobalConfig(config.rate_per_weight, config.qos_share),
+            GlobalConfig(config.rate_per_weight, config.qos_share, queue=QueueMode(config.queue)),
             random.Random(config.seed),
         )
         self.nodes = list(nodes)
         self.jobs: dict[str, JobInfo] = {}
         self.tokens: dict[str, list[dict[str, Any]]] = {}
+        #: Nodes lost (node -> why): their gangs were ended; back when they answer again.
+        self.lost: dict[str, str] = {}
+        #: Model time each node's manager last answered with its loop running (not
+        #: journaled: a recovered service gives every node a full timeout again).
+        self.last_seen: dict[str, float] = {n.name: clock.now() for n in nodes}
+        #: Last known work done (Mcycles) per (run id, subtask index), from the nodes.
+        self.progress: dict[tuple[str, int], float] = {}
+        self.counters: dict[str, int] = {
+            "requeued": 0, "failed_node_loss": 0, "failed_subtask": 0, "dispatch_failed": 0,
+            "zombies_cancelled": 0, "nodes_lost": 0,
+        }
+        self._expired_last = False
         self.journal = journal
         self.recovered = False
+        self.journal_error: str | None = None
         self._lock = threading.RLock()
         if journal is not None and journal.exists():
             self._recover(journal)
@@ -193,24 +227,65 @@ class GlobalService:
                 "core": self.core.snapshot(),
                 "jobs": [info.to_record() for info in self.jobs.values()],
                 "tokens": self.tokens,
+                "lost": self.lost,
+                "counters": self.counters,
             },
         )
 
     def _recover(self, path: Path) -> None:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("version") != JOURNAL_VERSION:
-            raise ValueError(f"{path}: version: unknown journal version {data.get('version')!r}")
-        self.core.restore(data["core"])
-        self.jobs = {d["job_id"]: JobInfo.from_record(d) for d in data["jobs"]}
-        self.tokens = {str(k): list(v) for k, v in data.get("tokens", {}).items()}
+        """Recover from the journal. One that cannot be read (a disk error, a hand edit,
+        another version) is moved aside as ``<name>.corrupt-<ms>`` and the service starts
+        empty, saying so in ``journal_error`` (shown by status), rather than failing every
+        restart."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("version") != JOURNAL_VERSION:
+                raise ValueError(f"version: unknown journal version {data.get('version')!r}")
+            self.core.restore(data["core"])
+            self.jobs = {d["job_id"]: JobInfo.from_record(d) for d in data["jobs"]}
+            self.tokens = {str(k): list(v) for k, v in data.get("tokens", {}).items()}
+            self.lost = {str(k): str(v) for k, v in data.get("lost", {}).items()}
+            self.counters.update({str(k): int(v) for k, v in data.get("counters", {}).items()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            aside = path.with_name(f"{path.name}.corrupt-{int(time.time() * 1000)}")
+            path.replace(aside)
+            self.journal_error = (
+                f"{path}: unreadable journal ({type(exc).__name__}: {exc}); moved to {aside}, "
+                "started with an empty job table"
+            )
+            log.error("%s", self.journal_error)
+            self.core = GlobalManagerCore(
+                self.nodes, self.policy, self.core.config, random.Random(self.config.seed)
+            )
+            self.jobs, self.tokens, self.lost = {}, {}, {}
+            return
         self.recovered = True
         log.warning(
-            "global manager recovered %d jobs (%d running) from %s",
-            len(self.jobs), sum(1 for j in self.jobs.values() if not j.state.final), path,
+            "global manager recovered %d jobs (%d running, %d pending) from %s",
+            len(self.jobs),
+            sum(1 for j in self.jobs.values() if j.state is JobState.RUNNING),
+            sum(1 for j in self.jobs.values() if j.state is JobState.PENDING),
+            path,
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def _info_of_run(self, run_id: str) -> JobInfo | None:
+        """The running job whose current run is ``run_id`` (None: an old run, or a job
+        that is not running)."""
+        job_id = run_id if run_id in self.jobs else run_id.rsplit(".", 1)[0]
+        info = self.jobs.get(job_id)
+        if info is None or info.state is not JobState.RUNNING:
+            return None
+        return info if (info.run_id or info.job_id) == run_id else None
+
+    def _spec(self, info: JobInfo) -> JobSpec:
+        return replace(
+            parse_job(info.spec, "journal", allow_local=True, default_user=DEFAULT_USER),
+            job_id=info.job_id,
         )
 
     def running_subtasks(self) -> dict[str, list[tuple[str, int]]]:
-        """Per node, the (job id, index) of every subtask of a running job that has not
+        """Per node, the (run id, index) of every subtask of a running job that has not
         ended yet: what :meth:`reconcile` asks the nodes about."""
         with self._lock:
             out: dict[str, list[tuple[str, int]]] = {}
@@ -219,19 +294,22 @@ class GlobalService:
                     continue
                 for s in info.subtasks:
                     if s["index"] not in info.outcomes:
-                        out.setdefault(s["node"], []).append((info.job_id, s["index"]))
+                        out.setdefault(s["node"], []).append(
+                            (info.run_id or info.job_id, s["index"])
+                        )
             return out
 
     def controller_jobs(self) -> list[dict[str, Any]]:
         """The running grid QoS jobs (strict, loose) as a restarted controller tracks
-        them again: ``job_id``, ``qos``, ``arrival`` (start boundary, model s),
-        ``subtasks`` ((index, node, expected rate in Mcycles/s)), ``overall_deviation``,
-        ``asynchrony`` and ``ended`` (index -> model s it ended, as far as known)."""
+        them again: ``job_id`` (the run id), ``qos``, ``arrival`` (start boundary, model
+        s), ``subtasks`` ((index, node, expected rate in Mcycles/s)),
+        ``overall_deviation``, ``asynchrony`` and ``ended`` (index -> model s it ended,
+        as far as known)."""
         grid = (QosClass.STRICT.value, QosClass.LOOSE.value)
         with self._lock:
             return [
                 {
-                    "job_id": info.job_id,
+                    "job_id": info.run_id or info.job_id,
                     "qos": info.qos,
                     "arrival": info.start_at,
                     "subtasks": [(s["index"], s["node"], s["expected_rate"])
@@ -246,13 +324,20 @@ class GlobalService:
 
     def reconcile(self, node: str, seen: list[dict[str, Any]]) -> int:
         """Apply what node ``node``'s local manager says about its subtasks (its status
-        ``subtasks`` list): an ended subtask the job table still has running is taken as
-        its lost ``subtask_ended`` notification. Returns how many were applied."""
+        ``subtasks`` list): work done is kept (a requeue starts from it); an ended
+        subtask the job table still has running is taken as its lost ``subtask_ended``
+        notification; a running job's subtask the node does not know, well after its
+        start, ends that run. Returns how many outcomes were applied."""
         ended = {"finished", "failed"}
         applied = 0
         todo = set(self.running_subtasks().get(node, []))
+        known = {(str(d.get("job_id")), int(d.get("index", -1))) for d in seen}
+        self._missing(node, todo - known)
+        todo = set(self.running_subtasks().get(node, []))
         for d in seen:
             key = (str(d.get("job_id")), int(d.get("index", -1)))
+            if d.get("done_work") is not None:
+                self.progress[key] = float(d["done_work"])
             if key in todo and d.get("state") in ended:
                 self.subtask_ended(
                     SubtaskOutcome(
@@ -264,8 +349,104 @@ class GlobalService:
                 applied += 1
         return applied
 
+    def runs_to_stop(self, node: str, seen: list[dict[str, Any]]) -> list[str]:
+        """Run ids still running on ``node`` (its status ``subtasks``) that are not a
+        current run there: a run stopped while the node could not be reached (lost,
+        stale, a failed dispatch). The caller cancels them there."""
+        with self._lock:
+            todo = {k for k in self.running_subtasks().get(node, [])}
+            zombies = sorted({
+                str(d.get("job_id")) for d in seen
+                if d.get("state") in ("running", "pending")
+                and (str(d.get("job_id")), int(d.get("index", -1))) not in todo
+            })
+            self.counters["zombies_cancelled"] += len(zombies)
+            return zombies
+
+    def _missing(self, node: str, keys: set[tuple[str, int]]) -> None:
+        """Subtasks of running jobs that ``node``'s manager does not know, well after
+        their start (a dispatch cut short by a crash of the global manager, a manager
+        that came back without its checkpoint): their runs are ended whole, as for a
+        lost node."""
+        if not keys:
+            return
+        stops = []
+        with self._lock:
+            late = self.clock.now() - self.config.stall_cycles * self.config.cycle
+            for run_id in sorted({k[0] for k in keys}):
+                info = self._info_of_run(run_id)
+                if info is None or info.start_at is None or info.start_at > late:
+                    continue
+                why = f"its subtask on node {node} is not there (lost by its local manager)"
+                stops.append(self._end_run(info, why, self._spec(info).node_loss_policy(),
+                                           loss=True))
+            if stops:
+                self._persist()
+        self._send_stops(stops)
+
     def node_budgets(self) -> dict[str, float]:
         return self.core.node_budgets()
+
+    # ------------------------------------------------------------- node health
+    def node_answered(self, node: str, loop_running: bool) -> None:
+        """``node``'s local manager answered a status call (its loop running or not).
+        A node that was lost or stale is put back into placement."""
+        with self._lock:
+            if not loop_running:
+                return
+            self.last_seen[node] = self.clock.now()
+            back = self.core.set_node_down(node, False)
+            if node in self.lost:
+                log.warning("node %s answers again (was lost: %s)", node, self.lost.pop(node))
+                back = True
+            if back:
+                self._persist()
+
+    def check_nodes(self, last_errors: Mapping[str, str] | None = None) -> list[str]:
+        """Mark nodes whose manager has been silent: after ``stall_cycles`` cycles it is
+        stale (placement skips it); after ``node_timeout`` cycles it is lost, and every
+        running job with a subtask there is ended whole by its ``on_node_loss`` policy.
+        ``last_errors``: node -> what the last status call gave instead of an answer,
+        for the reason. Returns the nodes lost by this call."""
+        errors = dict(last_errors or {})
+        now = self.clock.now()
+        cycle = self.config.cycle
+        newly: list[str] = []
+        with self._lock:
+            for n in self.nodes:
+                silent = (now - self.last_seen.get(n.name, now)) / cycle
+                if n.name in self.lost:
+                    continue
+                if silent > self.config.node_timeout:
+                    why = f"no answer from its local manager for {silent:.0f} cycles"
+                    if n.name in errors:
+                        why += f", last: {errors[n.name]}"
+                    self.lost[n.name] = why
+                    self.counters["nodes_lost"] += 1
+                    self.core.set_node_down(n.name)
+                    newly.append(n.name)
+                    log.error("node %s lost: %s", n.name, why)
+                elif silent > self.config.stall_cycles:
+                    if self.core.set_node_down(n.name):
+                        log.warning("node %s stale: silent for %.0f cycles", n.name, silent)
+                        self._persist()
+            if not newly:
+                return []
+            stops: list[tuple[str, list[str], str]] = []
+            for info in list(self.jobs.values()):
+                if info.state is not JobState.RUNNING:
+                    continue
+                hit = [s for s in info.subtasks
+                       if s["node"] in newly and s["index"] not in info.outcomes]
+                if not hit:
+                    continue
+                node = hit[0]["node"]
+                why = f"node {node} lost ({self.lost[node]})"
+                stops.append(self._end_run(info, why, self._spec(info).node_loss_policy(),
+                                           loss=True))
+            self._persist()
+        self._send_stops(stops)
+        return newly
 
     # --------------------------------------------------------------- submission
     def start_boundary(self) -> float:
@@ -274,83 +455,182 @@ class GlobalService:
         return boundary_at_or_after(self.clock.now() + margin, self.config.cycle)
 
     def submit(self, specs: list[JobSpec], token: str | None = None) -> list[dict[str, Any]]:
-        """Admit and place ``specs`` in order; one answer per job (``job_id``,
-        ``admitted``, ``reason``, ``nodes``, ``start_at``). ``token``: the client's id
-        of this submission; a retry with the same token gets the first answers."""
-        out: list[dict[str, Any]] = []
+        """Admit ``specs`` in order, then run a placement cycle; one answer per job
+        (``job_id``, ``admitted``, ``pending``, ``reason``, ``nodes``, ``start_at``).
+        ``token``: the client's id of this submission; a retry with the same token gets
+        the first answers."""
         with self._lock:
             if token is not None and token in self.tokens:
                 return [dict(a) for a in self.tokens[token]]
             now = self.clock.now()
             start = self.start_boundary()
+            ids: list[str] = []
+            placed: list[tuple[JobInfo, tuple[Subtask, ...]]] = []
             for spec in specs:
                 adm = self.core.submit(spec, start)
+                if adm.pending:
+                    state = JobState.PENDING
+                elif adm.admitted:
+                    state = JobState.RUNNING
+                else:
+                    state = JobState.REJECTED
                 info = JobInfo(
                     job_id=adm.job_id,
                     name=spec.name,
                     qos=spec.qos.value,
-                    state=JobState.RUNNING if adm.admitted else JobState.REJECTED,
+                    state=state,
                     reason=adm.reason,
                     submitted_at=now,
-                    start_at=start if adm.admitted else None,
-                    subtasks=[
-                        {
-                            "index": s.index,
-                            "node": s.node,
-                            "work": s.work,
-                            "relative_weight": s.relative_weight,
-                            "expected_rate": s.expected_rate,
-                            "executor": "process" if s.command else "synthetic",
-                        }
-                        for s in adm.subtasks
-                    ],
+                    start_at=None,
                     overall_deviation=spec.overall_deviation,
                     asynchrony=spec.asynchrony,
+                    user=spec.user,
+                    priority=spec.priority,
+                    spec=job_to_dict(spec),
+                    queued_at=start if adm.pending else None,
                 )
                 self.jobs[adm.job_id] = info
-                out.append(
-                    {
-                        "job_id": adm.job_id,
-                        "name": spec.name,
-                        "admitted": adm.admitted,
-                        "reason": adm.reason,
-                        "nodes": [s.node for s in adm.subtasks],
-                        "start_at": info.start_at,
-                    }
-                )
+                ids.append(adm.job_id)
+                if adm.admitted:
+                    self._placed(info, adm.subtasks, start)
+                    placed.append((info, adm.subtasks))
+            placed += self._cycle(start)
+            out = [self._answer(self.jobs[j]) for j in ids]
+            if token is not None:
+                self.tokens[token] = out
+                while len(self.tokens) > TOKENS_KEPT:
+                    del self.tokens[next(iter(self.tokens))]
+            self._persist()  # write-ahead: recorded before it is dispatched
+            for info, subtasks in placed:
+                self._dispatch(info, subtasks, start)
+            if placed:
+                out = [self._answer(self.jobs[j]) for j in ids]
                 if token is not None:
                     self.tokens[token] = out
-                    while len(self.tokens) > TOKENS_KEPT:
-                        del self.tokens[next(iter(self.tokens))]
-                self._persist()  # write-ahead: recorded before it is dispatched
-                if adm.admitted:
-                    self._dispatch(spec, adm.job_id, adm.subtasks, start)
+                self._persist()
+        return [dict(a) for a in out]
+
+    def _answer(self, info: JobInfo) -> dict[str, Any]:
+        return {
+            "job_id": info.job_id,
+            "name": info.name,
+            "admitted": info.state is JobState.RUNNING,
+            "pending": info.state is JobState.PENDING,
+            "state": info.state.value,
+            "reason": info.reason,
+            "nodes": [s["node"] for s in info.subtasks] if info.state is JobState.RUNNING
+            else [],
+            "start_at": info.start_at,
+        }
+
+    def place_pending(self) -> int:
+        """One placement cycle of the pending queue (the global manager runs it every
+        cycle): expire what waited past its ``max_wait``, place what fits, dispatch it.
+        Returns how many jobs were placed."""
+        with self._lock:
+            start = self.start_boundary()
+            placed = self._cycle(start)
+            if not placed and not self._expired_last:
+                return 0
+            self._persist()
+            for info, subtasks in placed:
+                self._dispatch(info, subtasks, start)
+            if placed:
+                self._persist()
+            return len(placed)
+
+    def _cycle(self, start: float) -> list[tuple[JobInfo, tuple[Subtask, ...]]]:
+        """The core's placement cycle at ``start``, applied to the job table (caller holds
+        the lock, persists and dispatches)."""
+        cyc = self.core.place_pending(start)
+        self._expired_last = bool(cyc.expired)
+        for adm in cyc.expired:
+            info = self.jobs[adm.job_id]
+            info.state = JobState.EXPIRED
+            info.reason = adm.reason
+            info.finished_at = self.clock.now()
+        out = []
+        for adm in cyc.placed:
+            info = self.jobs[adm.job_id]
+            self._placed(info, adm.subtasks, start)
+            out.append((info, adm.subtasks))
         return out
 
-    def _dispatch(
-        self, spec: JobSpec, job_id: str, subtasks: tuple[Subtask, ...], start: float
-    ) -> None:
-        if spec.qos in (QosClass.STRICT, QosClass.LOOSE):
-            self.dispatch.register(
-                job_id,
-                spec.qos,
-                start,
-                [(s.index, s.node, s.expected_rate) for s in subtasks],
-                spec.overall_deviation,
-                spec.asynchrony,
-            )
-        by_node: dict[str, list[Subtask]] = {}
-        for s in subtasks:
-            by_node.setdefault(s.node, []).append(s)
-        for node, subs in by_node.items():
-            self.dispatch.place(node, subs, start)
+    def _placed(self, info: JobInfo, subtasks: tuple[Subtask, ...], start: float) -> None:
+        info.state = JobState.RUNNING
+        info.reason = ""
+        info.start_at = start
+        info.outcomes = {}
+        info.dispatches += 1
+        info.run_id = info.job_id if info.dispatches == 1 else f"{info.job_id}.{info.dispatches}"
+        info.subtasks = [
+            {
+                "index": s.index,
+                "node": s.node,
+                "work": s.work,
+                "relative_weight": s.relative_weight,
+                "expected_rate": s.expected_rate,
+                "executor": "process" if s.command else "synthetic",
+            }
+            for s in subtasks
+        ]
+
+    def _dispatch(self, info: JobInfo, subtasks: tuple[Subtask, ...], start: float) -> None:
+        """Hand a placed run to the controller and its nodes, as one transaction: if any
+        actor cannot be reached, what was placed is withdrawn, the budgets return, a node
+        that did not answer is taken out of placement, and the job goes back to the
+        queue (``queue: wait``, or a requeue) or is rejected naming that actor."""
+        run_id = info.run_id
+        subs = [replace(s, job_id=run_id) for s in subtasks]
+        qos = QosClass(info.qos)
+        reached: list[str] = []
+        try:
+            if qos in (QosClass.STRICT, QosClass.LOOSE):
+                try:
+                    self.dispatch.register(
+                        run_id, qos, start, [(s.index, s.node, s.expected_rate) for s in subs],
+                        info.overall_deviation, info.asynchrony,
+                    )
+                except Exception as exc:  # noqa: BLE001 - any failure aborts the dispatch
+                    raise DispatchFailed("the controller", None, exc) from exc
+            by_node: dict[str, list[Subtask]] = {}
+            for s in subs:
+                by_node.setdefault(s.node, []).append(s)
+            for node, group in by_node.items():
+                try:
+                    self.dispatch.place(node, group, start)
+                except Exception as exc:  # noqa: BLE001
+                    raise DispatchFailed(f"the local manager of node {node}", node, exc) from exc
+                reached.append(node)
+        except DispatchFailed as failed:
+            self.counters["dispatch_failed"] += 1
+            self.dispatch.cancel(run_id, reached, f"dispatch failed: {failed}")
+            if failed.node is not None:
+                self.core.set_node_down(failed.node)
+            spec = self._spec(info)
+            why = f"not started: {failed}; nothing of it stays placed"
+            log.warning("%s: %s", info.job_id, why)
+            if self.core.config.queue is QueueMode.WAIT or info.attempt > 1 or \
+                    info.history:
+                self.core.requeue(info.job_id, spec, start)
+                info.state = JobState.PENDING
+                info.queued_at = start
+                info.reason = why + "; back in the queue"
+            else:
+                self.core.cancel(info.job_id)
+                info.state = JobState.REJECTED
+                info.reason = why
+            info.subtasks = []
+            self._persist()
 
     # ---------------------------------------------------------------- lifecycle
     def subtask_ended(self, outcome: SubtaskOutcome) -> None:
-        """A local manager says a subtask left its node (finished or failed)."""
+        """A local manager says a subtask left its node (finished or failed). A failed
+        subtask ends its whole job by the job's ``on_failure`` policy."""
+        stops: list[tuple[str, list[str], str]] = []
         with self._lock:
-            info = self.jobs.get(outcome.job_id)
-            if info is None or info.state is not JobState.RUNNING:
+            info = self._info_of_run(outcome.job_id)
+            if info is None or outcome.index in info.outcomes:
                 return
             info.outcomes[outcome.index] = {
                 "state": outcome.state.value,
@@ -358,18 +638,80 @@ class GlobalService:
                 "exit_code": outcome.exit_code,
                 "reason": outcome.reason,
             }
-            done = self.core.subtask_finished(outcome.job_id, outcome.index)
-            if done:
-                failed = [o for o in info.outcomes.values() if o["state"] != "finished"]
-                info.state = JobState.FAILED if failed else JobState.COMPLETED
-                if failed:
-                    info.reason = "; ".join(
-                        f"subtask {i}: {o['reason']}"
-                        for i, o in sorted(info.outcomes.items())
-                        if o["state"] != SubtaskState.FINISHED.value
-                    )
+            if outcome.state is not SubtaskState.FINISHED:
+                why = f"subtask {outcome.index} {outcome.state.value} on {outcome.node}"
+                if outcome.reason:
+                    why += f": {outcome.reason}"
+                stops.append(self._end_run(info, why, self._spec(info).on_failure, loss=False))
+            elif self.core.subtask_finished(info.job_id, outcome.index):
+                info.state = JobState.COMPLETED
                 info.finished_at = max(o["finish_time"] for o in info.outcomes.values())
             self._persist()
+        self._send_stops(stops)
+
+    def _end_run(
+        self, info: JobInfo, why: str, policy: EndPolicy, loss: bool
+    ) -> tuple[str, list[str], str]:
+        """End the running job's current run whole (caller holds the lock and persists):
+        every member stops, budgets return, then a requeue (remaining work, on a new
+        placement) or a failure. Returns (run id, nodes to stop, reason) for
+        :meth:`_send_stops`, done after the lock is released."""
+        spec = self._spec(info)
+        run_id = info.run_id or info.job_id
+        now = self.clock.now()
+        requeue = policy is EndPolicy.REQUEUE and info.attempt < spec.max_attempts
+        if requeue:
+            running = self.core.requeue(info.job_id, self._remaining(info, spec), now)
+            info.attempt += 1
+            info.history.append(f"run {run_id}: {why}; requeued")
+            info.state = JobState.PENDING
+            info.queued_at = now
+            info.reason = f"requeued after {why}"
+            self.counters["requeued"] += 1
+            stop_reason = f"requeued: {why}"
+        else:
+            running = self.core.cancel(info.job_id)
+            info.history.append(f"run {run_id}: {why}")
+            info.state = JobState.FAILED
+            info.finished_at = now
+            info.reason = why
+            if policy is EndPolicy.REQUEUE:
+                info.reason += f" (requeued {info.attempt - 1} times: max_attempts reached)"
+            self.counters["failed_node_loss" if loss else "failed_subtask"] += 1
+            stop_reason = f"failed: {why}"
+        nodes = sorted({s.node for s in running} | {s["node"] for s in info.subtasks})
+        log.warning("%s: %s", info.job_id, info.reason)
+        return run_id, nodes, stop_reason
+
+    def _remaining(self, info: JobInfo, spec: JobSpec) -> JobSpec:
+        """The job to requeue: synthetic work from the gang's last common progress (the
+        least fraction done of any member, as last reported), commands from the start."""
+        frac = 1.0
+        run_id = info.run_id or info.job_id
+        for s in info.subtasks:
+            o = info.outcomes.get(s["index"])
+            if o is not None and o["state"] == SubtaskState.FINISHED.value:
+                continue
+            done = self.progress.get((run_id, s["index"]), 0.0)
+            frac = min(frac, done / s["work"] if s["work"] > 0 else 0.0)
+        if any(s.command for s in spec.subtasks) or not info.subtasks:
+            frac = 0.0
+        frac = min(max(frac, 0.0), 0.99)
+        info.work_left *= 1.0 - frac
+        left = info.work_left
+        if spec.subtasks:
+            subs = tuple(replace(s, work=s.work * left) for s in spec.subtasks)
+            return replace(spec, subtasks=subs)
+        return replace(spec, total_work=(spec.total_work or 0.0) * left)
+
+    def _send_stops(self, stops: list[tuple[str, list[str], str]]) -> None:
+        """Stop ended runs on their nodes and the controller (outside the lock: a node
+        that does not answer must not hold the job table)."""
+        for run_id, nodes, reason in stops:
+            unreached = self.dispatch.cancel(run_id, nodes, reason)
+            if unreached:
+                log.warning("%s: could not reach %s to stop it (stopped when they answer)",
+                            run_id, ", ".join(unreached))
 
     def cancel(self, job_id: str) -> dict[str, Any] | None:
         """Cancel a job; None for an unknown id. A finished job is left as it is."""
@@ -377,45 +719,97 @@ class GlobalService:
             info = self.jobs.get(job_id)
             if info is None:
                 return None
-            if info.state is not JobState.RUNNING:
+            if info.state.final:
                 return info.to_dict()
+            was_running = info.state is JobState.RUNNING
             running = self.core.cancel(job_id)
             info.state = JobState.CANCELLED
             info.finished_at = self.clock.now()
             nodes = sorted({s.node for s in running})
+            run_id = info.run_id or info.job_id
             self._persist()
-        self.dispatch.cancel(job_id, nodes)
+        if was_running:
+            self.dispatch.cancel(run_id, nodes, "cancelled")
         return self.job(job_id)
 
     # ------------------------------------------------------------------ queries
+    def _with_reasons(self, info: JobInfo) -> dict[str, Any]:
+        d = info.to_dict()
+        now = self.clock.now()
+        if info.state is JobState.PENDING:
+            d["wait"] = now - (info.queued_at if info.queued_at is not None else info.submitted_at)
+            try:
+                reasons = self.core.pending_reasons(info.job_id)
+            except KeyError:
+                reasons = ()
+            d["pending_reasons"] = [
+                {"kind": r.kind.value, "message": r.message, "subtask": r.subtask}
+                for r in reasons
+            ]
+            if reasons:
+                d["reason"] = "; ".join(r.message for r in reasons)
+                if info.history:
+                    d["reason"] += f" (requeued: {info.history[-1]})"
+        return d
+
     def job(self, job_id: str) -> dict[str, Any] | None:
         with self._lock:
             info = self.jobs.get(job_id)
-            return info.to_dict() if info is not None else None
+            return self._with_reasons(info) if info is not None else None
 
     def job_states(self, job_ids: Iterable[str] | None = None) -> dict[str, str]:
         with self._lock:
             ids = list(self.jobs) if job_ids is None else list(job_ids)
             return {j: self.jobs[j].state.value for j in ids if j in self.jobs}
 
-    def describe(self) -> dict[str, Any]:
-        """Jobs and nodes (budgets, committed rates) without the other actors' views."""
+    def queue(self) -> list[dict[str, Any]]:
+        """Pending and running jobs, pending first in the order they would be placed
+        (priority, then wait), each with user, priority, wait (model s) and reason."""
         with self._lock:
+            now = self.clock.now()
+            live = [i for i in self.jobs.values() if not i.state.final]
+            live.sort(key=lambda i: (i.state is not JobState.PENDING, -i.priority,
+                                     i.queued_at if i.queued_at is not None else i.submitted_at,
+                                     i.job_id))
+            out = []
+            for info in live:
+                d = self._with_reasons(info)
+                if info.state is JobState.RUNNING:
+                    d["wait"] = (info.start_at or now) - (
+                        info.queued_at if info.queued_at is not None else info.submitted_at)
+                out.append({k: d.get(k) for k in (
+                    "job_id", "name", "qos", "user", "priority", "state", "wait", "reason",
+                    "nodes", "attempt", "pending_reasons", "start_at")})
+            return out
+
+    def describe(self) -> dict[str, Any]:
+        """Jobs and nodes (budgets, committed rates, health) without the other actors'
+        views."""
+        with self._lock:
+            now = self.clock.now()
             nodes = [
                 {
                     "name": n.name,
                     "speed_mhz": n.speed_mhz,
                     "cores": n.cores,
+                    "labels": sorted(n.labels),
                     "budget": self.core.budget(n.name),
                     "committed": self.core.committed[n.name],
                     "load": self.core.load[n.name],
+                    "health": "lost" if n.name in self.lost
+                    else "stale" if n.name in self.core.down else "up",
+                    "lost_reason": self.lost.get(n.name),
+                    "silent_cycles": (now - self.last_seen.get(n.name, now)) / self.config.cycle,
                 }
                 for n in self.nodes
             ]
-            jobs = [info.to_dict() for info in self.jobs.values()]
+            jobs = [self._with_reasons(info) for info in self.jobs.values()]
         return {
             "policy": self.policy.name,
+            "queue": self.core.config.queue.value,
             "model_time": self.clock.now(),
             "nodes": nodes,
             "jobs": jobs,
+            "global_counters": dict(self.counters),
+            "journal_error": self.journal_error,
         }

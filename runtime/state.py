@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coalloc.errors import UserError
 from runtime.config import coalloc_home
 from workloads.atomic import atomic_write_bytes
+from workloads.errors import UserError
 
 STATE_VERSION = 1
 

@@ -74,10 +74,6 @@ class ModelClock:
         """Current model time, s."""
         return self.base.model_at(self.real.now())
 
-    def real_now(self) -> float:
-        """Current real time ``T_R``, s since the Unix epoch."""
-        return self.real.now()
-
     def seconds_until(self, model: float) -> float:
         """Real seconds from now until model time ``model`` (negative if it has passed)."""
         return self.base.real_at(model) - self.real.now()

@@ -1,1 +1,3 @@
-"""Job and node model, job-spec files and workload generators (SQ core issue)."""
+"""Job and node model, job-spec files and workload generators; the errors every layer
+raises and the messages between local managers and the controller. The bottom layer: it
+imports no other package of the project (``docs/decisions.md``, "Layers")."""

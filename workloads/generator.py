@@ -1,7 +1,7 @@
 """The paper's workload generator, Poisson arrivals and a CSV trace reader.
 
-DESIGN §3 ("The paper's experiment"): nodes with no links between them; three job
-generators (local, QoS, best effort); 1500-3000 jobs per run; Poisson arrivals with mean
+``docs/model.md`` §3 ("The paper's experiment"): nodes with no links between them; three
+job generators (local, QoS, best effort); 1500-3000 jobs per run; Poisson arrivals with mean
 inter-arrival ``lambda`` in {10, 100, 200, 500} s; strict QoS windows uniform in
 100-500 s; subtasks per job uniform in 1..nodes; subtask execution time uniform in
 1500-2500 s at the 1 GHz standard; node CPU uniform in 100-600 MHz; weights 1-4.
@@ -88,7 +88,7 @@ class Calibration(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class PaperWorkloadParams:
-    """Every knob of the paper's experiment (DESIGN §3), with the paper's defaults.
+    """Every knob of the paper's experiment (``docs/model.md`` §3), with the paper's defaults.
 
     QoS flow (the paper's): ``jobs`` QoS jobs (``None``: uniform integer in
     ``jobs_range``), Poisson arrivals with mean inter-arrival ``mean_interarrival``

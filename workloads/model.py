@@ -1,6 +1,6 @@
 """Typed records of the grid model: nodes, jobs, subtasks, QoS classes.
 
-Units (DESIGN §3): work in Mcycles (1 Mcycle = 1e6 CPU cycles); the grid standard CPU
+Units (``docs/model.md`` §3): work in Mcycles (1 Mcycle = 1e6 CPU cycles); the grid standard CPU
 is 1 GHz = 1000 Mcycles/s, so a subtask "of 2000 s" carries 2,000,000 Mcycles. Node speed
 in MHz (= Mcycles/s of one core). Rates and scheduling weights in Mcycles/s. Times and
 windows in seconds of model time. Memory in MB, IO bandwidth in MB/s.
@@ -32,8 +32,19 @@ class QosClass(str, Enum):
     LOCAL = "local"
 
 
+class EndPolicy(str, Enum):
+    """What happens to a running job when one of its subtasks cannot go on: its node is
+    lost (``on_node_loss``) or its process fails (``on_failure``). The whole gang is
+    always stopped first (never a half-dead gang); then the job is ``requeue``-d on a new
+    placement (synthetic work from the gang's last common progress, commands from the
+    start) or it ``fail``-s with the reason."""
+
+    REQUEUE = "requeue"
+    FAIL = "fail"
+
+
 class QueueName(str, Enum):
-    """The three queues of a local manager (DESIGN §3)."""
+    """The three queues of a local manager (``docs/model.md`` §3, "Local scheduler")."""
 
     LOCAL = "local"
     QOS = "qos"
@@ -54,7 +65,7 @@ class Demand:
     """A per-subtask resource demand: what the subtask uses when it runs at full speed.
 
     ``cpu`` in cores (a single-threaded subtask uses 1), ``memory_mb`` in MB, ``io_mbps``
-    in MB/s. Local queues share these with weighted DRF (DESIGN §3).
+    in MB/s. Local queues share these with weighted DRF (``docs/model.md`` §3, "Local scheduler").
     """
 
     cpu: float = 1.0
@@ -140,7 +151,7 @@ class JobSpec:
 
     Either ``subtasks`` is given, or ``parallelism`` with ``total_work`` (Mcycles) and
     ``total_weight``; the global manager then splits the job itself on the nodes it
-    picks (see :func:`global_manager.admission.split_job`).
+    picks (see :meth:`global_manager.core.GlobalManagerCore._split`).
 
     ``overall_deviation`` (``E_t``) and ``asynchrony`` (``A_t``) are the strict QoS
     windows in seconds; ``duration`` (``D_t``) an optional target duration in seconds;
@@ -164,6 +175,21 @@ class JobSpec:
     user: str = "default"
     priority: int = 0
     max_wait: float | None = None
+    #: On the loss of a node under a running subtask; None: ``requeue`` when every
+    #: subtask is synthetic, ``fail`` when any runs a command.
+    on_node_loss: EndPolicy | None = None
+    #: When a subtask's process fails (a command exiting non-zero, killed).
+    on_failure: EndPolicy = EndPolicy.FAIL
+    #: Runs at most (the first one and its requeues) before a requeue becomes a failure.
+    max_attempts: int = 3
+
+    def node_loss_policy(self) -> EndPolicy:
+        """``on_node_loss``, or its default for this job's executors."""
+        if self.on_node_loss is not None:
+            return self.on_node_loss
+        if any(s.command for s in self.subtasks):
+            return EndPolicy.FAIL
+        return EndPolicy.REQUEUE
 
     @property
     def n_subtasks(self) -> int:
@@ -172,10 +198,6 @@ class JobSpec:
     def labels_of(self, index: int) -> frozenset[str]:
         """Labels subtask ``index`` asks for (none for jobs given by ``parallelism``)."""
         return self.subtasks[index].labels if self.subtasks else frozenset()
-
-    @property
-    def is_strict(self) -> bool:
-        return self.qos is QosClass.STRICT
 
 
 @dataclass(slots=True)

@@ -11,6 +11,9 @@ meaning)::
     user: alice              # optional; default: the submitting OS user (CLI)
     priority: 0              # optional integer; higher is placed first
     max_wait: 3600           # optional, s: pending longer than this -> expired
+    on_node_loss: requeue    # optional: requeue | fail (default: requeue if no commands)
+    on_failure: fail         # optional: fail | requeue, when a subtask's process fails
+    max_attempts: 3          # optional: runs at most, requeues included
     subtasks:                # never more subtasks than nodes (checked at submission)
       - {work: 1800, weight: 1}
       - {work: 3600, weight: 2, demand: {cpu: 1, memory_mb: 512, io_mbps: 5}}
@@ -46,8 +49,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from coalloc.errors import UserError, escape_controls, is_unprintable
-from workloads.model import STANDARD_MHZ, Demand, JobSpec, QosClass, SubtaskSpec
+from workloads.errors import UserError, escape_controls, is_unprintable
+from workloads.model import STANDARD_MHZ, Demand, EndPolicy, JobSpec, QosClass, SubtaskSpec
 
 #: Keys of a job mapping. ``node`` is accepted only for ``local`` jobs (generators,
 #: traces), never in user submissions.
@@ -66,6 +69,9 @@ JOB_KEYS: tuple[str, ...] = (
     "user",
     "priority",
     "max_wait",
+    "on_node_loss",
+    "on_failure",
+    "max_attempts",
 )
 SUBTASK_KEYS: tuple[str, ...] = ("work", "weight", "demand", "command", "labels")
 
@@ -290,6 +296,16 @@ def _parse_subtask(value: object, src: str, path: str) -> SubtaskSpec:
     )
 
 
+def _parse_end_policy(value: object, src: str, path: str) -> EndPolicy:
+    allowed = tuple(p.value for p in EndPolicy)
+    if isinstance(value, str) and value in allowed:
+        return EndPolicy(value)
+    raise SpecError(
+        src, path, f"must be one of {', '.join(allowed)}, got {value!r}"
+        + did_you_mean(value, allowed)
+    )
+
+
 def _parse_qos(value: object, src: str, path: str, allow_local: bool) -> QosClass:
     allowed = tuple(q.value for q in SUBMITTABLE_QOS)
     if isinstance(value, str) and value == QosClass.LOCAL.value:
@@ -418,6 +434,20 @@ def parse_job(
     max_wait = None
     if m.get("max_wait") is not None:
         max_wait = _positive(m["max_wait"], src, f("max_wait"), " s")
+    on_node_loss = None
+    if m.get("on_node_loss") is not None:
+        on_node_loss = _parse_end_policy(m["on_node_loss"], src, f("on_node_loss"))
+    on_failure = EndPolicy.FAIL
+    if m.get("on_failure") is not None:
+        on_failure = _parse_end_policy(m["on_failure"], src, f("on_failure"))
+    max_attempts = 3
+    if m.get("max_attempts") is not None:
+        a = m["max_attempts"]
+        if isinstance(a, bool) or not isinstance(a, int) or a < 1:
+            raise SpecError(
+                src, f("max_attempts"), f"must be an integer >= 1 (runs at most), got {a!r}"
+            )
+        max_attempts = a
 
     node = None
     if qos is QosClass.LOCAL:
@@ -492,6 +522,9 @@ def parse_job(
         user=user,
         priority=priority,
         max_wait=max_wait,
+        on_node_loss=on_node_loss,
+        on_failure=on_failure,
+        max_attempts=max_attempts,
     )
 
 
@@ -520,6 +553,12 @@ def job_to_dict(job: JobSpec) -> dict[str, Any]:
         out["priority"] = job.priority
     if job.max_wait is not None:
         out["max_wait"] = job.max_wait
+    if job.on_node_loss is not None:
+        out["on_node_loss"] = job.on_node_loss.value
+    if job.on_failure is not EndPolicy.FAIL:
+        out["on_failure"] = job.on_failure.value
+    if job.max_attempts != 3:
+        out["max_attempts"] = job.max_attempts
     if job.subtasks:
         subs: list[dict[str, Any]] = []
         for s in job.subtasks:

@@ -80,6 +80,22 @@ def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None)
         "(anyone who reaches the controller's ports can send reports); status says so",
     )
     parser.add_argument(
+        "--placement", default="flow", metavar="NAME",
+        help="placement policy: flow (min-cost flow over the pending queue: gangs, fair "
+        "shares between users, labels, priority, waiting; default), least_loaded, random",
+    )
+    parser.add_argument(
+        "--queue", choices=("wait", "reject"), default="wait",
+        help="a strict job that does not fit at once: wait in the pending queue until it "
+        "fits (default), or reject it (the paper's behaviour)",
+    )
+    parser.add_argument(
+        "--node-timeout", type=int, default=50, metavar="CYCLES",
+        help="cycles without an answer from a node's local manager before the node is "
+        "lost and its jobs end by their on_node_loss policy (default 50; after "
+        "stall_cycles, 10, placement already skips it)",
+    )
+    parser.add_argument(
         "--core-mhz", type=_positive_float, default=1000.0, metavar="MHZ",
         help="speed of one CPU of a Ray node without a coalloc_mhz resource (default 1000)",
     )
@@ -113,6 +129,9 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             seed=args.seed,
             core_mhz=args.core_mhz,
             insecure=bool(getattr(args, "insecure", False)),
+            queue=getattr(args, "queue", "wait"),
+            placement=getattr(args, "placement", "flow"),
+            node_timeout=getattr(args, "node_timeout", 50),
         )
     except ValueError as exc:
         raise UserError(str(exc).replace("servers[", "--ntp-server[")) from None

@@ -109,9 +109,11 @@ def run_run(args: argparse.Namespace) -> int:
         for a in answers:
             if a["admitted"]:
                 print(f"{a['job_id']}  admitted  {a['name']}  nodes {','.join(a['nodes'])}")
+            elif a.get("pending"):
+                print(f"{a['job_id']}  pending  {a['name']}  ({a['reason']})")
             else:
                 print(f"{a['job_id']}  rejected  {a['name']}  ({a['reason']})")
-        admitted = [a["job_id"] for a in answers if a["admitted"]]
+        admitted = [a["job_id"] for a in answers if a["admitted"] or a.get("pending")]
         timed_out = _wait(client, admitted, args.timeout, not args.no_progress)
         status = client.status()
         if timed_out:
@@ -164,7 +166,7 @@ def _wait(client: Any, job_ids: list[str], timeout: float, show: bool) -> list[s
     try:
         while True:
             states = client.job_states(job_ids)
-            running = [j for j in job_ids if states.get(j) == "running"]
+            running = [j for j in job_ids if states.get(j) in ("running", "pending")]
             if show and job_ids:
                 st = client.status()
                 progress = []
@@ -173,7 +175,8 @@ def _wait(client: Any, job_ids: list[str], timeout: float, show: bool) -> list[s
                     if j["job_id"] not in job_ids:
                         continue
                     vals = [s.get("progress") for s in j["subtasks"]]
-                    progress += [1.0 if j["state"] != "running" else (v or 0.0) for v in vals]
+                    progress += [1.0 if j["state"] not in ("running", "pending") else (v or 0.0)
+                                 for v in vals]
                     if j.get("phase_difference") is not None and j["state"] == "running":
                         phis.append(j["phase_difference"])
                 pct = 100 * sum(progress) / len(progress) if progress else 0.0

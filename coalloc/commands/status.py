@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from coalloc.commands._runtime_args import CURVE_NOTE, INSECURE_NOTE, fmt, table
+from coalloc.errors import escape_controls
 
 
 def register(subparsers: Any) -> None:
@@ -88,17 +89,24 @@ def render(st: dict[str, Any], detail: bool = False) -> str:
         + (f" ({', '.join(f'{k} {v}' for k, v in sorted(dropped.items()))})" if dropped else "")
         + f"; commands sent {ctl.get('commands_sent', 0)}",
         _security_line(st.get("security") or {}),
-        "",
     ]
+    gc = {k: v for k, v in (st.get("global_counters") or {}).items() if v}
+    if gc:
+        lines.append("global manager: " + ", ".join(f"{k} {v}" for k, v in sorted(gc.items())))
+    if st.get("journal_error"):
+        lines.append(f"JOURNAL: {st['journal_error']}")
+    lines.append("")
     if not detail:
         lines.append(
             table(
-                ("NODE", "MHZ", "CORES", "BUDGET", "COMMITTED", "SUBTASKS", "READY", "RAY NODE"),
+                ("NODE", "MHZ", "CORES", "LABELS", "BUDGET", "COMMITTED", "SUBTASKS", "READY",
+                 "HEALTH", "RAY NODE"),
                 [
                     (
-                        n["name"], n["speed_mhz"], n["cores"], n["budget"], n["committed"],
+                        n["name"], n["speed_mhz"], n["cores"],
+                        ",".join(n.get("labels") or []) or "-", n["budget"], n["committed"],
                         n["running_subtasks"], "yes" if n["ready"] else "NO",
-                        (n["ray_node_id"] or "-")[:12],
+                        n.get("health", "up"), (n["ray_node_id"] or "-")[:12],
                     )
                     for n in st["nodes"]
                 ],
@@ -126,7 +134,12 @@ def render(st: dict[str, Any], detail: bool = False) -> str:
     if detail:
         for j in st["jobs"]:
             if j.get("reason"):
-                lines.append(f"\n{j['job_id']}: {j['reason']}")
+                lines.append(f"\n{j['job_id']}: {escape_controls(j['reason'])}")
+            for r in j.get("pending_reasons") or []:
+                sub = "" if r.get("subtask") is None else f" (subtask {r['subtask']})"
+                lines.append(f"  waits: {r['kind']}{sub}: {escape_controls(r['message'])}")
+            for h in j.get("history") or []:
+                lines.append(f"  earlier: {escape_controls(h)}")
             lines.append("")
             lines.append(
                 table(

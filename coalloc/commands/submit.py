@@ -1,8 +1,9 @@
 """``coalloc submit FILE``: submit the jobs of a YAML or JSON job file to the live runtime.
 
-Prints one line per job: its id, whether it was admitted (with its nodes and start time)
-or rejected (with the reason). The jobs of one file are admitted in order as one batch
-and start at the same cycle boundary. Exit status 1 if any job was rejected.
+Prints one line per job: its id, whether it was admitted (with its nodes and start time),
+is pending (it waits in the queue until it fits: ``coalloc status JOB`` says why) or was
+rejected (with the reason). The jobs of one file are admitted in order as one batch and
+start at the same cycle boundary. Exit status 1 if any job was rejected.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def register(subparsers: Any) -> None:
 
 def run_submit(args: argparse.Namespace) -> int:
     from coalloc.client import connect, recorded_node_count, submitting_user
+    from coalloc.errors import escape_controls
     from workloads.spec import load_jobs
 
     # A bad file fails before any cluster is contacted; the node count recorded by up
@@ -43,7 +45,9 @@ def run_submit(args: argparse.Namespace) -> int:
                 f"{a['job_id']}  admitted  {a['name']}  nodes {','.join(a['nodes'])}  "
                 f"starts at {a['start_at']:g} s"
             )
+        elif a.get("pending"):
+            print(f"{a['job_id']}  pending  {a['name']}  ({escape_controls(a['reason'])})")
         else:
-            print(f"{a['job_id']}  rejected  {a['name']}  ({a['reason']})")
-        rejected += not a["admitted"]
+            print(f"{a['job_id']}  rejected  {a['name']}  ({escape_controls(a['reason'])})")
+        rejected += not a["admitted"] and not a.get("pending")
     return 1 if rejected else 0

@@ -1,4 +1,5 @@
-"""``coalloc experiment paper``: the SQ paper's experiment (DESIGN §3), reproduced.
+"""``coalloc experiment paper``: the SQ paper's experiment (``docs/model.md`` §3),
+reproduced.
 
 For every cell ``nodes x lambda`` of the matrix, generate the paper's workload once
 (:func:`workloads.generator.generate`, seeded by :func:`cell_seed` from ``--seed``, the

@@ -11,8 +11,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from ntp_responder import NtpResponder
 
-from clocks.ntp_responder import NtpResponder
 from clocks.real_clock import ClockQuality, RealClock
 
 pytestmark = pytest.mark.integration

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ntp_responder import NtpResponder
 
-from clocks.ntp_responder import NtpResponder
 from coalloc import cli
 from coallocator.messages import ProgressReport
 from coallocator.wire import encode_report
@@ -413,7 +413,7 @@ def test_parity_with_the_simulator(deployment: Any, capsys: Any) -> None:
     after = status(capsys, deployment.address)
 
     cfg = RuntimeConfig()
-    result = simulate(Workload(nodes, tuple(specs)), "sq", 0, cfg.sim_config())
+    result = simulate(Workload(nodes, tuple(specs)), cfg.get_policy(), 0, cfg.sim_config())
     assert [a["admitted"] for a in answers] == [j.admitted for j in result.jobs]
     assert [tuple(a["nodes"]) for a in answers] == [j.nodes for j in result.jobs]
     assert not answers[-1]["admitted"]

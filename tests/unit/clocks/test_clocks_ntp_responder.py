@@ -7,8 +7,7 @@ from collections.abc import Iterator
 
 import ntplib
 import pytest
-
-from clocks.ntp_responder import (
+from ntp_responder import (
     NtpResponder,
     from_ntp_timestamp,
     to_ntp_timestamp,

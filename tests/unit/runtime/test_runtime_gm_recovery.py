@@ -25,8 +25,9 @@ class Recorder:
     def place(self, node: str, subtasks: list[Any], start: float) -> None:
         self.calls.append(("place", (node, tuple(s.key for s in subtasks))))
 
-    def cancel(self, job_id: str, nodes: Any) -> None:
+    def cancel(self, job_id: str, nodes: Any, reason: str = "") -> list[str]:
         self.calls.append(("cancel", job_id))
+        return []
 
 
 def _service(tmp_path: Path, rec: Recorder) -> GlobalService:

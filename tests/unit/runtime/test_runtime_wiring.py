@@ -13,6 +13,7 @@ import pytest
 
 from clocks.base import ManualClock
 from coallocator.messages import ProgressReport, ReweightCommand
+from global_manager.core import QueueMode
 from global_manager.simulator import SimConfig, simulate
 from runtime.config import RuntimeConfig
 from runtime.controller_service import ControllerService
@@ -105,10 +106,11 @@ class Loopback:
             def place(self, node: str, subtasks: list[Any], start: float) -> None:
                 loop.nodes[node].submit(subtasks, start)
 
-            def cancel(self, job_id: str, nodes: Any) -> None:
+            def cancel(self, job_id: str, nodes: Any, reason: str = "") -> list[str]:
                 for n in nodes:
                     loop.nodes[n].cancel_job(job_id)
-                loop.ctl.cancel(job_id)
+                loop.ctl.cancel(job_id, reason)
+                return []
 
         self.gm = GlobalService(nodes, config, self.clock, Dispatch())
 
@@ -168,19 +170,23 @@ def _periods(path: Path) -> list[tuple[Any, ...]]:
     ]
 
 
+@pytest.mark.parametrize("placement", ["least_loaded", "flow"])
+@pytest.mark.parametrize("queue", ["reject", "wait"])
 @pytest.mark.parametrize("policy", ["sq", "strict", "sq_work_conserving"])
-def test_live_wiring_makes_the_simulators_decisions(tmp_path: Path, policy: str) -> None:
-    config = RuntimeConfig(policy=policy, start_margin_s=0.0, cycle=10.0)
+def test_live_wiring_makes_the_simulators_decisions(
+    tmp_path: Path, policy: str, queue: str, placement: str
+) -> None:
+    config = RuntimeConfig(policy=policy, start_margin_s=0.0, cycle=10.0, queue=queue,
+                           placement=placement)
     live_log, sim_log = tmp_path / "live.jsonl", tmp_path / "sim.jsonl"
     loop = Loopback(NODES, config, live_log)
     answers = loop.gm.submit(JOBS)
     loop.run()
     loop.ctl.close()
 
-    sim_cfg = SimConfig(cycle=10.0)
-    if "fast_forward" in SimConfig.__dataclass_fields__:
-        sim_cfg = SimConfig(cycle=10.0, fast_forward=False)  # type: ignore[call-arg]
-    result = simulate(Workload(tuple(NODES), tuple(JOBS)), policy, 0, sim_cfg, sim_log)
+    sim_cfg = SimConfig(cycle=10.0, fast_forward=False, queue=QueueMode(queue))
+    result = simulate(Workload(tuple(NODES), tuple(JOBS)), config.get_policy(), 0, sim_cfg,
+                      sim_log)
 
     assert [a["admitted"] for a in answers] == [j.admitted for j in result.jobs]
     assert [tuple(a["nodes"]) for a in answers] == [j.nodes for j in result.jobs]

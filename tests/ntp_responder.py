@@ -1,9 +1,14 @@
 """A small NTP server (mode 4 replies to v3/v4 mode 3 requests) on a loopback UDP socket.
 
-It exists for tests and demos of ``RealClock``: its time is the local wall clock plus a
-configurable ``offset_s``, and switches make it misbehave on purpose (``drop`` requests,
-``delay_s`` before replying, any ``stratum`` including 0 = kiss-of-death, any ``leap``
-indicator). Those attributes may be changed while it runs.
+It exists for tests and demos of ``RealClock`` and lives with the tests (not in the
+``clocks`` package, which does not use it); tests import it as ``ntp_responder``
+(``tests/`` is on ``sys.path`` under pytest, as for ``dmfa_strategies``), and
+``python3 tests/ntp_responder.py --offset 5`` runs it by hand.
+
+Its time is the local wall clock plus a configurable ``offset_s``, and switches make it
+misbehave on purpose (``drop`` requests, ``delay_s`` before replying, any ``stratum``
+including 0 = kiss-of-death, any ``leap`` indicator). Those attributes may be changed
+while it runs.
 
 Packet (RFC 5905, 48-byte header, all fields big-endian)::
 
@@ -214,7 +219,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Demo: ``python -m clocks.ntp_responder --offset 5`` serves until interrupted."""
+    """Demo: ``python3 tests/ntp_responder.py --offset 5`` serves until interrupted."""
     import argparse
 
     parser = argparse.ArgumentParser(description="loopback NTP responder for demos and tests")

@@ -1,0 +1,119 @@
+"""Through the real runtime on the session Ray cluster: a strict job that does not fit
+waits in the pending queue with its reason (``status JOB``, ``queue``) and runs once the
+job blocking it is cancelled; a node whose local manager stops answering (SIGSTOP) is
+lost after ``--node-timeout`` cycles, its gang is requeued whole on the other nodes and
+completes, and when the manager answers again the stopped run is not left running there.
+
+Three emulated nodes of 300 MHz: QoS budget 150 Mcycles/s each, a weight-6 subtask at
+25 Mcycles/s per weight fills a node. No timing assertions: every wait polls with a
+deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coalloc import cli
+from tests.integration.test_runtime_restarts import ready_of, run_cli, status, wait_for
+
+pytestmark = pytest.mark.ray
+
+NODE_TIMEOUT = 15  # cycles: 4.5 real s at the time scale below
+
+
+def job(name: str, work: float, weight: float, n: int = 3, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "qos": "strict", "overall_deviation": 120, "asynchrony": 60,
+            "subtasks": [{"work": work, "weight": weight} for _ in range(n)], **extra}
+
+
+@pytest.fixture(scope="module")
+def deployment(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from runtime.config import GLOBAL_NAME
+    from runtime.deploy import find_actor
+
+    log = tmp_path_factory.mktemp("queue") / "phase.jsonl"
+    code = cli.main(
+        ["up", "--address", ray_cluster.address, "--nodes", "300,300,300", "--time-scale",
+         "100", "--log", str(log), "--node-timeout", str(NODE_TIMEOUT)]
+    )
+    assert code == 0
+    yield ray_cluster, log
+    if find_actor(GLOBAL_NAME) is not None:
+        cli.main(["down", "--address", ray_cluster.address])
+
+
+def test_a_job_that_does_not_fit_is_pending_with_a_reason_and_runs_after_a_cancel(
+    deployment: Any, capsys: Any
+) -> None:
+    import coalloc
+
+    cluster, _ = deployment
+    client = coalloc.connect(cluster.address)
+    blocker = client.submit(job("blocker", 100_000, 6))
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"waiter-{os.getpid()}.json"
+    path.write_text(json.dumps(job("waiter", 20, 6)))
+    try:
+        code, out, err = run_cli(capsys, "submit", str(path), "--address", cluster.address)
+    finally:
+        path.unlink()
+    assert code == 0, (out, err)
+    waiter = out.split()[0]
+    assert " pending " in out, out
+    (rec,) = status(capsys, cluster.address, waiter)["jobs"]
+    assert rec["state"] == "pending" and rec["pending_reasons"], rec
+    assert "free" in rec["reason"] or "budget" in rec["reason"], rec["reason"]
+    code, out, _ = run_cli(capsys, "queue", "--json", "--address", cluster.address)
+    rows = json.loads(out[out.index("["):])
+    assert [r["job_id"] for r in rows][:2] == [waiter, blocker]
+    assert rows[0]["state"] == "pending" and rows[0]["reason"] == rec["reason"]
+    code, text, _ = run_cli(capsys, "queue", "--address", cluster.address)
+    assert code == 0 and waiter in text and "pending" in text
+    client.cancel(blocker)
+    assert client.wait(waiter, timeout=120)["state"] == "completed"
+
+
+def test_a_silent_node_is_lost_and_its_gang_requeued_whole_on_the_others(
+    deployment: Any, capsys: Any
+) -> None:
+    import coalloc
+    from runtime.config import LOCAL_PREFIX
+
+    cluster, log = deployment
+    client = coalloc.connect(cluster.address)
+    # Two subtasks on three nodes; long enough to be mid-run when its node goes silent.
+    jid = client.submit(job("loss", 400, 2, n=2))
+    (rec,) = status(capsys, cluster.address, jid)["jobs"]
+    lost = rec["nodes"][0]
+    wait_for(lambda: min(float(s.get("progress") or 0) for s in
+                         status(capsys, cluster.address, jid)["jobs"][0]["subtasks"]) > 0.05)
+    info = ready_of(LOCAL_PREFIX + lost)
+    assert info is not None
+    pid = int(info["pid"])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        again = wait_for(lambda: (j := client.job(jid))["attempt"] >= 2 and j, timeout=120)
+        assert f"node {lost} lost" in again["history"][0]
+        nodes = {n["name"]: n for n in status(capsys, cluster.address)["nodes"]}
+        assert nodes[lost]["health"] == "lost"
+        done = client.wait(jid, timeout=180)
+        assert done["state"] == "completed", done
+        assert lost not in done["nodes"] and done["run_id"] == f"{jid}.2"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # Back: healthy again, and the first run is stopped there (not left running).
+    def back() -> bool:
+        st = status(capsys, cluster.address)
+        node = next(n for n in st["nodes"] if n["name"] == lost)
+        return node["health"] == "up" and node["running_subtasks"] == 0
+    wait_for(back, timeout=120)
+    records = [json.loads(line) for line in Path(log).read_text().splitlines() if line.strip()]
+    first = [r for r in records if r.get("type") == "summary" and r["job"] == jid]
+    assert first and first[0]["reason"].startswith("requeued") and not first[0]["completed"]
+    assert any(r.get("type") == "summary" and r["job"] == f"{jid}.2" and r["completed"]
+               for r in records)

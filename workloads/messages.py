@@ -1,0 +1,54 @@
+"""Messages between local managers and the co-allocation controller.
+
+These are plain frozen records with no I/O; :mod:`coallocator.wire` encodes them as
+msgpack frames for ZeroMQ, and the simulator passes them directly.
+
+Units: times in seconds of model time, work in Mcycles (1 Mcycle = 1e6 CPU cycles;
+the grid standard CPU is 1 GHz = 1000 Mcycles/s), weights in Mcycles/s (a subtask's
+scheduling weight starts at its expected rate ``x_i``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReport:
+    """One subtask's progress after one local scheduling cycle (eqs. 3-5).
+
+    ``incarnation`` identifies one run of the reporting local manager (a restarted
+    manager gets a new one); ``seq`` increases by one per report within an incarnation,
+    so (node, incarnation, seq) identifies a report and duplicates can be ignored.
+    """
+
+    job_id: str
+    subtask: int
+    node: str
+    incarnation: int
+    seq: int
+    real_time: float  # T_R after the cycle, s
+    virtual_time: float  # T_V after the cycle, s
+    expected_work: float  # x: Mcycles the subtask should have had in the cycle
+    granted_work: float  # x-bar: Mcycles it really got in the cycle
+    done: bool = False  # the subtask finished its work in this cycle
+    #: Mcycles the node could have given it in the cycle without its rate cap (pace
+    #: control's capability estimate; equal to ``granted_work`` when uncapped, 0 = not
+    #: known).
+    available_work: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReweightCommand:
+    """The controller's order to a local manager: set a subtask's scheduling weight and
+    the weight of its virtual subtask (both Mcycles/s, >= 0), and its rate cap
+    (Mcycles/s; 0 = no cap): under pace control a subtask ahead of its siblings is held
+    to the rate that keeps it in step, and the node gives what it leaves to other work."""
+
+    job_id: str
+    subtask: int
+    node: str
+    seq: int
+    weight: float
+    virtual_weight: float
+    rate_cap: float = 0.0
