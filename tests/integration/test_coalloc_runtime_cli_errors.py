@@ -186,3 +186,19 @@ def coalloc_env(home: Path, extra: dict[str, str], *argv: str,
     env.update(extra)
     return subprocess.run([sys.executable, "-m", "coalloc.cli", *argv],
                           capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_up_forgets_a_recorded_head_whose_port_no_gcs_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coalloc.commands.up import _check_not_up
+    from runtime.state import DeploymentState, save_state, state_path
+
+    monkeypatch.setenv("COALLOC_HOME", str(tmp_path))
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        save_state(DeploymentState(address=address, embedded=False))
+        _check_not_up()  # no "already up": the recorded cluster is gone
+    assert not state_path().exists()

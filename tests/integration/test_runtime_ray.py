@@ -472,6 +472,7 @@ def test_down_then_one_shot_run_on_emulated_nodes(
     assert summary["jobs"][0]["nodes"][0] == "n0"
     st = json.loads((out_dir / "status.json").read_text())
     assert [n["speed_mhz"] for n in st["nodes"]] == [350.0, 500.0]
+    assert [n["labels"] for n in st["nodes"]] == [["fast"], []]
     assert all(n["emulated"] for n in st["nodes"])
     assert st["clock"]["quality"] == "synced"
     assert st["clock"]["offset_s"] == pytest.approx(0.25, abs=0.05)
