@@ -148,7 +148,7 @@ def test_every_runtime_command_with_the_head_gone_says_one_line(
 
     monkeypatch.setenv("COALLOC_HOME", str(tmp_path))
     address = f"127.0.0.1:{closed_port()}"
-    commands = [["status"], ["submit", EXAMPLE_JOBS], ["cancel", "j00001"]]
+    commands = [["status"], ["queue"], ["submit", EXAMPLE_JOBS], ["cancel", "j00001"]]
     if how != "RAY_ADDRESS":  # down removes only what it is told or what up recorded
         commands.append(["down"])
     for argv in commands:
