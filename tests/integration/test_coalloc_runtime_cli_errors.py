@@ -124,7 +124,8 @@ def test_a_closed_stdout_pipe_ends_a_command_quietly(tmp_path: Path) -> None:
     assert "Traceback" not in shell.stderr and "BrokenPipe" not in shell.stderr
 
 
-EXAMPLE_JOBS = str(Path(__file__).resolve().parents[2] / "examples" / "jobs.json")
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_JOBS = str(REPO / "examples" / "jobs.json")
 
 
 def one_stderr_line(proc: subprocess.CompletedProcess[str], address: str) -> str:
@@ -184,7 +185,8 @@ def coalloc_env(home: Path, extra: dict[str, str], *argv: str,
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["COALLOC_HOME"] = str(home)
     env.update(extra)
-    return subprocess.run([sys.executable, "-m", "coalloc.cli", *argv],
+    # cwd: python -m puts the working directory first on sys.path; run this tree's code.
+    return subprocess.run([sys.executable, "-m", "coalloc.cli", *argv], cwd=REPO,
                           capture_output=True, text=True, env=env, timeout=timeout)
 
 
