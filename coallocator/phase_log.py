@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -176,31 +178,46 @@ _KEEP_NONE = frozenset({"completion_skew", "turnaround"})
 
 
 def drop_torn_tail(path: Path) -> int:
-    """Cut a record a crashed writer left half-written at the end of ``path`` (bytes after
-    the last newline), so that a writer appending after a restart (a restarted
-    controller) does not glue its first record to it. Returns the bytes removed."""
+    """Cut a torn last line (no newline, not JSON) off an existing file and return the
+    bytes removed (0 when there is none or no file); a last line that is JSON but lacks
+    its newline gets one.
+
+    A writer that appends to a log a crashed writer left (the restarted controller appends
+    to the same phase log) would otherwise glue its first record onto the torn line, and
+    the torn line would become a malformed line in the middle, which readers refuse.
+    """
     try:
-        with path.open("rb+") as f:
-            size = f.seek(0, 2)
-            if size == 0:
-                return 0
-            pos = size
-            while pos > 0:
-                step = min(65536, pos)
-                f.seek(pos - step)
-                chunk = f.read(step)
-                nl = chunk.rfind(b"\n")
-                if nl >= 0:
-                    keep = pos - step + nl + 1
-                    break
-                pos -= step
-            else:
-                keep = 0
-            if keep < size:
-                f.truncate(keep)
-            return size - keep
+        fh = path.open("r+b")
     except FileNotFoundError:
         return 0
+    with fh:
+        end = fh.seek(0, os.SEEK_END)
+        pos = end
+        while pos > 0:
+            start = max(0, pos - 65536)
+            fh.seek(start)
+            chunk = fh.read(pos - start)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                pos = start + nl + 1
+                break
+            pos = start
+        if pos == end:
+            return 0
+        fh.seek(pos)
+        tail = fh.read(end - pos)
+        try:
+            json.loads(tail.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            pass
+        else:  # a complete record that only lacks its newline: keep it
+            fh.seek(end)
+            fh.write(b"\n")
+            return 0
+        fh.truncate(pos)
+        fh.flush()
+        os.fsync(fh.fileno())
+        return end - pos
 
 
 class PhaseLogWriter:
@@ -210,12 +227,14 @@ class PhaseLogWriter:
         if isinstance(target, (str, Path)):
             path = Path(target)
             path.parent.mkdir(parents=True, exist_ok=True)
-            drop_torn_tail(path)
+            #: Bytes of a torn last line removed before appending (a crashed writer's).
+            self.dropped_torn_bytes = drop_torn_tail(path)
             self._stream: IO[str] = path.open("a", encoding="utf-8")
             self._owned = True
         else:
             self._stream = target
             self._owned = False
+            self.dropped_torn_bytes = 0
 
     def write(self, record: PeriodRecord | SummaryRecord) -> None:
         self._stream.write(to_json_line(record) + "\n")
@@ -242,18 +261,57 @@ class LogFormatError(ValueError):
     """A phase log line that is not a valid record; names the file and line."""
 
 
-def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class TornLine:
+    """The last line of a log that the writer stopped in the middle of (a crash): not
+    newline-terminated and not a valid record. ``line`` is its line number, ``size`` its
+    length in bytes."""
+
+    path: Path
+    line: int
+    size: int
+
+    def message(self) -> str:
+        return (f"{self.path}: skipped a torn last line ({self.size} bytes): "
+                "the writer stopped mid-line")
+
+
+class TornLineWarning(UserWarning):
+    """Issued by :func:`read_log` for a torn last line when no ``on_torn`` is given."""
+
+
+def read_log(
+    path: str | Path, on_torn: Callable[[TornLine], None] | None = None
+) -> Iterator[dict[str, Any]]:
     """Yield the records of a phase log (dicts). A bad line raises :class:`LogFormatError`
-    naming the file, the line number and the reason."""
+    naming the file, the line number and the reason.
+
+    One exception: a torn last line, the last line when it has no trailing newline and is
+    not a valid record (not UTF-8 or not JSON: a crash while the writer was appending), is
+    skipped and reported: ``on_torn(TornLine(...))`` if given, else a
+    :class:`TornLineWarning`. A complete (newline-terminated) bad line is an error wherever
+    it is, and so is an unterminated last line that is valid JSON but not a record.
+    """
     p = Path(path)
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
+    with p.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            # Only the file's last line can lack the newline.
+            last_unterminated = not raw.endswith(b"\n")
             try:
+                line = raw.decode("utf-8").strip()
+                if not line:
+                    continue
                 rec = json.loads(line)
-            except json.JSONDecodeError as exc:
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                if last_unterminated:
+                    torn = TornLine(p, lineno, len(raw))
+                    if on_torn is not None:
+                        on_torn(torn)
+                    else:
+                        warnings.warn(torn.message(), TornLineWarning, stacklevel=2)
+                    return
+                if isinstance(exc, UnicodeDecodeError):
+                    raise LogFormatError(f"{p}: line {lineno}: not UTF-8 text") from None
                 raise LogFormatError(f"{p}: line {lineno}: not JSON ({exc.msg})") from None
             if not isinstance(rec, dict) or rec.get("type") not in ("period", "summary"):
                 raise LogFormatError(f"{p}: line {lineno}: type: must be 'period' or 'summary'")

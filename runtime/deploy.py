@@ -74,8 +74,13 @@ def connect_ray(address: str, auth_mode: str | None = None) -> str:
         os.environ["RAY_AUTH_MODE"] = auth_mode
     import ray
 
-    if address not in ("auto", "local") and not _reachable(address):
-        raise UserError(f"{address}: no Ray cluster reachable there (start one, or run coalloc up)")
+    if address == "auto":
+        address = _resolve_auto()
+    if address != "local":
+        problem = gcs_problem(address)
+        if problem is not None:
+            raise UserError(f"{address}: no Ray cluster reachable there ({problem}); start "
+                            "one, or run coalloc up")
     try:
         ray.init(
             address=address,
@@ -113,6 +118,79 @@ def embedded_auth_mode() -> str:
         Path.home() / ".ray" / "auth_token"
     ).exists()
     return "token" if has_token else "disabled"
+
+
+def _resolve_auto() -> str:
+    """``auto`` as Ray resolves it (``$RAY_ADDRESS``, else the latest ``ray start`` on this
+    machine), so that the address is checked like any other before ``ray.init``."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        found = canonicalize_bootstrap_address("auto")
+    except (ConnectionError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"auto: no Ray cluster found ({first})") from None
+    if not found:
+        raise UserError("auto: no Ray cluster found on this machine; give --address host:port")
+    return str(found)
+
+
+#: Real seconds the TCP connect to the GCS port and its HTTP/2 answer may each take.
+GCS_CONNECT_TIMEOUT_S = 3.0
+GCS_ANSWER_TIMEOUT_S = 5.0
+
+# The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113 §3.4).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def gcs_problem(
+    address: str,
+    connect_timeout: float = GCS_CONNECT_TIMEOUT_S,
+    answer_timeout: float = GCS_ANSWER_TIMEOUT_S,
+) -> str | None:
+    """Why no Ray GCS answers at ``host:port`` (None: one does), in a few words.
+
+    ``ray.init`` against an address where something accepts TCP connections but no GCS
+    answers (a stopped or wedged head, a reused port) retries for minutes and fills
+    stderr with Ray's warnings; against a closed port it fails quickly. So before
+    ``ray.init``: the port must accept a connection within ``connect_timeout`` and answer
+    the HTTP/2 connection preface with a SETTINGS frame (every gRPC server does at once)
+    within ``answer_timeout``. Skipped, for the answer, with ``RAY_USE_TLS`` (the GCS
+    then speaks TLS first)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"{address}: not a Ray address (expected host:port, auto or local)")
+    try:
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=connect_timeout)
+    except TimeoutError:
+        return f"no TCP connection within {connect_timeout:g} s"
+    except OSError as exc:
+        return (exc.strerror or str(exc) or type(exc).__name__).lower()
+    if os.environ.get("RAY_USE_TLS", "").lower() in ("1", "true"):
+        conn.close()
+        return None
+    with conn:
+        try:
+            conn.settimeout(answer_timeout)
+            conn.sendall(_H2_PREFACE)
+            deadline = time.monotonic() + answer_timeout
+            head = b""
+            while len(head) < 9:
+                conn.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = conn.recv(9 - len(head))
+                if not chunk:
+                    return "the port closed the connection without an answer: not a Ray GCS"
+                head += chunk
+        except ConnectionResetError:
+            return "the port closed the connection without an answer: not a Ray GCS"
+        except TimeoutError:
+            return (f"the port accepts connections but nothing answered within "
+                    f"{answer_timeout:g} s: not a live Ray GCS")
+        except OSError as exc:
+            return f"the connection failed: {(exc.strerror or str(exc)).lower()}"
+    if head[3] != 0x04:  # frame type SETTINGS
+        return "the port answered, but not as a gRPC server: not a Ray GCS"
+    return None
 
 
 def _reachable(address: str, timeout: float = 3.0) -> bool:
@@ -307,7 +385,10 @@ def deploy(
     except ValueError as exc:
         raise UserError(str(exc)) from None
     ray_nodes = ray_nodes_from(ray.nodes())
-    placements = plan(ray_nodes, emulated, config.core_mhz)
+    try:
+        placements = plan(ray_nodes, emulated, config.core_mhz)
+    except ValueError as exc:  # no alive nodes; a bad coalloc_label_<name> resource
+        raise UserError(str(exc)) from None
     nodes = [p.node for p in placements]
     policy = config.get_policy()
     budgets = GlobalManagerCore(nodes, policy, config.core.global_config()).node_budgets()

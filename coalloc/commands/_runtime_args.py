@@ -48,8 +48,10 @@ def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None)
         default=nodes_default,
         metavar="SPEC",
         help="emulate grid nodes as separate local managers: a count (4: speeds drawn "
-        "uniform in 100-600 MHz, seeded) or speeds in MHz (300,450,600); default: "
-        + (nodes_default or "one local manager per Ray node"),
+        "uniform in 100-600 MHz, seeded) or speeds in MHz (300,450,600), each optionally "
+        "with labels after colons (300:fast:gpu,450: n0 labelled fast and gpu, n1 none); "
+        "without --nodes a Ray node's custom resource coalloc_label_NAME gives it label "
+        "NAME; default: " + (nodes_default or "one local manager per Ray node"),
     )
     parser.add_argument(
         "--policy", default="sq", help="scheduling policy: sq (pace control), sq_paper (the "

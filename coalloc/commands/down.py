@@ -3,7 +3,9 @@
 The local managers stop first (their subtask processes are killed), then the controller
 (the phase log is closed) and the global manager. If ``up`` started an embedded Ray head,
 that head's session is stopped too; a cluster ``up`` was given with ``--address`` keeps
-running.
+running. When no Ray cluster answers at the address, the state file is forgotten (and a
+recorded embedded head's session stopped) and ``down`` fails with one line: nothing could
+be removed there.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from runtime.deploy import _reachable, connect_ray, stop_session, teardown
+    from runtime.deploy import connect_ray, gcs_problem, stop_session, teardown
     from runtime.state import clear_state, load_state, state_path
 
     state = load_state()
@@ -41,11 +43,10 @@ def run_down(args: argparse.Namespace) -> int:
         )
     ours = state is not None and (args.address is None or args.address == state.address)
     removed: list[str] = []
-    if address == "auto" or _reachable(address, timeout=2.0):
+    problem = None if address == "auto" else gcs_problem(address)
+    if problem is None:
         connect_ray(address)
         removed = teardown(list(state.actors) if ours and state and state.actors else None)
-    else:
-        print(f"{address}: no Ray cluster reachable; nothing to remove there")
     if ours and state is not None and state.embedded and state.head_pid:
         import ray
 
@@ -54,6 +55,12 @@ def run_down(args: argparse.Namespace) -> int:
         print(f"stopped the embedded Ray head (pid {state.head_pid})")
     if ours:
         clear_state()
+    if problem is not None:
+        # Nothing could be removed there (actors, restart files): say so and fail, after
+        # forgetting a deployment whose cluster is gone.
+        forgot = f"; forgot the deployment recorded in {state_path()}" if ours else ""
+        raise UserError(f"{address}: no Ray cluster reachable there ({problem}); nothing "
+                        f"removed there{forgot}")
     if removed:
         print(f"removed {len(removed)} actors: {', '.join(removed)}")
     elif ours or args.address:

@@ -19,14 +19,18 @@ import argparse
 import json
 import math
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from coalloc.errors import UserError
+from coalloc.errors import UserError, escape_controls
 from coalloc.flags import seconds_flag
 from coalloc.tables import render as table
+
+if TYPE_CHECKING:
+    from coallocator.phase_log import TornLine
 
 # Fields each record type must carry, and whether they may be null.
 _PERIOD_FIELDS: tuple[tuple[str, bool], ...] = (
@@ -81,12 +85,13 @@ def _natural_key(path: Path) -> tuple[tuple[int, int | str], ...]:
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Every record of one log, each checked for the fields the commands use. Bad input
-    becomes a one-line :class:`UserError` naming the file, line or record and field."""
+    becomes a one-line :class:`UserError` naming the file, line or record and field; a
+    torn last line (a crash mid-write) is skipped with one warning line on stderr."""
     from coallocator.phase_log import LogFormatError, read_log
 
     records: list[dict[str, Any]] = []
     try:
-        for rec in read_log(path):
+        for rec in read_log(path, on_torn=warn_torn):
             _check_record(path, len(records) + 1, rec)
             records.append(rec)
     except LogFormatError as exc:
@@ -96,6 +101,14 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
     return records
+
+
+def warn_torn(torn: TornLine) -> None:
+    """One line on stderr for a torn last line of a log (``read_log``'s ``on_torn``)."""
+    try:
+        print(f"coalloc: warning: {escape_controls(torn.message())}", file=sys.stderr)
+    except (BrokenPipeError, OSError, ValueError):  # nobody reads stderr
+        pass
 
 
 def _check_record(path: Path, index: int, rec: dict[str, Any]) -> None:

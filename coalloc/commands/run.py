@@ -199,7 +199,9 @@ def _summary(status: dict[str, Any], log_path: str) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     run: dict[str, Any] = {}
     try:
-        per_job, run_summary = summarize(read_log(log_path))
+        from coalloc.commands.logs import warn_torn
+
+        per_job, run_summary = summarize(read_log(log_path, on_torn=warn_torn))
         rows = {r["job"]: r for r in per_job}
         run = {
             "completed_strict_jobs": run_summary.completed,

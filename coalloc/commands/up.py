@@ -48,13 +48,14 @@ def register(subparsers: Any) -> None:
 
 def _check_not_up() -> None:
     """Refuse to start twice; forget a recorded deployment whose cluster is gone."""
-    from runtime.deploy import _reachable
+    from runtime.deploy import gcs_problem
     from runtime.state import clear_state, load_state, state_path
 
     state = load_state()
     if state is None:
         return
-    if _reachable(state.address, timeout=1.0):
+    # Gone also when the port accepts connections but no GCS answers (see connect_ray).
+    if gcs_problem(state.address, connect_timeout=1.0) is None:
         raise UserError(
             f"{state_path()}: coalloc is already up on {state.address}; run coalloc down first"
         )
@@ -116,6 +117,7 @@ def run_up(args: argparse.Namespace) -> int:
         print(
             f"  node {p.node.name}: {p.node.speed_mhz:g} MHz x {p.node.cores:g} core(s) "
             f"({kind} {p.ray_node_id[:12]})"
+            + (f" labels {','.join(sorted(p.node.labels))}" if p.node.labels else "")
         )
     print(f"  report endpoint {dep.report_endpoint}")
     print(f"  transport {INSECURE_NOTE if config.insecure else CURVE_NOTE}")

@@ -122,3 +122,85 @@ def test_a_closed_stdout_pipe_ends_a_command_quietly(tmp_path: Path) -> None:
     assert shell.returncode in (0, 141), shell.stderr
     assert shell.stdout.count("\n") == 1
     assert "Traceback" not in shell.stderr and "BrokenPipe" not in shell.stderr
+
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_JOBS = str(REPO / "examples" / "jobs.json")
+
+
+def one_stderr_line(proc: subprocess.CompletedProcess[str], address: str) -> str:
+    """Exit status non-zero, exactly one non-empty stderr line, naming ``address``, no
+    traceback (and none of Ray's own warnings)."""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert address in lines[0]
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("how", ["--address", "state file", "RAY_ADDRESS"])
+def test_every_runtime_command_with_the_head_gone_says_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A head that is gone (nothing listens at its GCS port), named on the command line,
+    recorded by ``up`` in the state file, or in ``$RAY_ADDRESS``."""
+    from runtime.state import DeploymentState, save_state, state_path
+
+    monkeypatch.setenv("COALLOC_HOME", str(tmp_path))
+    address = f"127.0.0.1:{closed_port()}"
+    commands = [["status"], ["queue"], ["submit", EXAMPLE_JOBS], ["cancel", "j00001"]]
+    if how != "RAY_ADDRESS":  # down removes only what it is told or what up recorded
+        commands.append(["down"])
+    for argv in commands:
+        env: dict[str, str] = {}
+        if how == "--address":
+            argv = [*argv, "--address", address]
+        elif how == "state file":
+            save_state(DeploymentState(address=address, embedded=False))
+        else:
+            env["RAY_ADDRESS"] = address
+        line = one_stderr_line(coalloc_env(tmp_path, env, *argv), address)
+        assert "no Ray cluster reachable" in line
+    if how == "state file":
+        assert not state_path().exists()  # down forgot the deployment whose cluster is gone
+
+
+def test_a_port_that_accepts_but_is_no_gcs_is_refused_in_bounded_time(tmp_path: Path) -> None:
+    """Something accepts TCP connections at the address but no GCS answers (a stopped or
+    wedged head, a reused port): ``ray.init`` would retry for minutes; the HTTP/2 probe
+    refuses it after its answer timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)  # the kernel completes handshakes; nobody ever answers
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        for argv in (["status"], ["down"]):
+            proc = coalloc_env(tmp_path, {}, *argv, "--address", address, timeout=60)
+            line = one_stderr_line(proc, address)
+            assert "nothing answered" in line
+
+
+def coalloc_env(home: Path, extra: dict[str, str], *argv: str,
+                timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["COALLOC_HOME"] = str(home)
+    env.update(extra)
+    # cwd: python -m puts the working directory first on sys.path; run this tree's code.
+    return subprocess.run([sys.executable, "-m", "coalloc.cli", *argv], cwd=REPO,
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_up_forgets_a_recorded_head_whose_port_no_gcs_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coalloc.commands.up import _check_not_up
+    from runtime.state import DeploymentState, save_state, state_path
+
+    monkeypatch.setenv("COALLOC_HOME", str(tmp_path))
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        save_state(DeploymentState(address=address, embedded=False))
+        _check_not_up()  # no "already up": the recorded cluster is gone
+    assert not state_path().exists()

@@ -472,13 +472,14 @@ def test_down_then_one_shot_run_on_emulated_nodes(
         tmp_path / "one.json",
         [{"name": "two", "qos": "strict", "overall_deviation": 60, "asynchrony": 20,
           "duration": 300,
-          "subtasks": [{"work": 45, "weight": 1}, {"work": 72, "weight": 1.6}]}],
+          "subtasks": [{"work": 45, "weight": 1, "labels": ["fast"]},
+                       {"work": 72, "weight": 1.6}]}],
     )
     out_dir = tmp_path / "out"
     # Every actor's real clock is disciplined by a loopback NTP server 0.25 s ahead.
     with NtpResponder(offset_s=0.25).start() as ntp:
         code, out, err = run_cli(
-            capsys, "run", str(job), "--address", deployment.address, "--nodes", "350,500",
+            capsys, "run", str(job), "--address", deployment.address, "--nodes", "350:fast,500",
             "--no-progress", "--out", str(out_dir), "--timeout", "120",
             "--ntp-server", ntp.address,
         )
@@ -486,8 +487,12 @@ def test_down_then_one_shot_run_on_emulated_nodes(
     assert "completed" in out
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["jobs"][0]["state"] == "completed"
+    # The label from --nodes reached the global manager's nodes: without it the job would
+    # be rejected (no node has the label fast); with it subtask 0 runs on n0.
+    assert summary["jobs"][0]["nodes"][0] == "n0"
     st = json.loads((out_dir / "status.json").read_text())
     assert [n["speed_mhz"] for n in st["nodes"]] == [350.0, 500.0]
+    assert [n["labels"] for n in st["nodes"]] == [["fast"], []]
     assert all(n["emulated"] for n in st["nodes"])
     assert st["clock"]["quality"] == "synced"
     assert st["clock"]["offset_s"] == pytest.approx(0.25, abs=0.05)

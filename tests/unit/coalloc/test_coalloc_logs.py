@@ -203,3 +203,30 @@ def test_plot_refuses_a_directory_and_a_bad_format(logs: Path, tmp_path: Path,
     code, _, err = run(capsys, "plot", str(logs / "sq.jsonl"), "--out",
                        str(tmp_path / "x.notaformat"))
     _one_line_error(code, err, "cannot write the plot")
+
+
+def test_summarize_skips_a_torn_last_line_with_one_warning(logs: Path, tmp_path: Path,
+                                                          capsys) -> None:
+    whole = (logs / "sq.jsonl").read_bytes()
+    path = tmp_path / "torn.jsonl"
+    tail = b'{"type":"period","job":"j9","real'
+    path.write_bytes(whole + tail)
+    code, out, err = run(capsys, "summarize", "--json", str(path))
+    assert code == 0
+    assert err.splitlines() == [
+        f"coalloc: warning: {path}: skipped a torn last line ({len(tail)} bytes): "
+        "the writer stopped mid-line"]
+    intact = tmp_path / "intact.jsonl"
+    intact.write_bytes(whole)
+    code, expected, _ = run(capsys, "summarize", "--json", str(intact))
+    assert code == 0
+    assert json.loads(out)["logs"][0]["jobs"] == json.loads(expected)["logs"][0]["jobs"]
+
+
+def test_summarize_refuses_a_complete_bad_last_line(logs: Path, tmp_path: Path,
+                                                    capsys) -> None:
+    path = tmp_path / "bad-tail.jsonl"
+    path.write_bytes((logs / "sq.jsonl").read_bytes() + b'{"type":"period","job":"j9","real\n')
+    n = len(path.read_bytes().splitlines())
+    code, _, err = run(capsys, "summarize", str(path))
+    _one_line_error(code, err, f"{path}: line {n}: not JSON")

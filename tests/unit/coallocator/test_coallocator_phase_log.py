@@ -192,3 +192,108 @@ def test_period_record_from_a_decision() -> None:
         clock_quality="ntp",
     )
     assert list(rec.weights) == ["0", "1"]
+
+
+# -- a torn last line (a crash mid-append) -------------------------------------------------
+
+
+def _torn_log(tmp_path: Path, tail: bytes) -> Path:
+    path = tmp_path / "torn.jsonl"
+    path.write_bytes((to_json_line(PERIOD) + "\n" + to_json_line(SUMMARY) + "\n").encode()
+                     + tail)
+    return path
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        to_json_line(SUMMARY).encode()[:17],  # cut in the middle of a record
+        b'{"job":"j\xc3',  # cut inside a multi-byte character: not UTF-8 either
+        b"{",
+    ],
+)
+def test_a_torn_last_line_is_skipped_and_reported(tmp_path: Path, tail: bytes) -> None:
+    from coallocator.phase_log import TornLine
+
+    path = _torn_log(tmp_path, tail)
+    torn: list[TornLine] = []
+    got = list(read_log(path, on_torn=torn.append))
+    assert [r["type"] for r in got] == ["period", "summary"]
+    assert torn == [TornLine(path, 3, len(tail))]
+    assert torn[0].message() == (
+        f"{path}: skipped a torn last line ({len(tail)} bytes): the writer stopped mid-line")
+
+
+def test_a_torn_last_line_warns_without_a_callback(tmp_path: Path) -> None:
+    from coallocator.phase_log import TornLineWarning
+
+    path = _torn_log(tmp_path, b'{"type":"per')
+    with pytest.warns(TornLineWarning, match="skipped a torn last line \\(12 bytes\\)"):
+        assert len(list(read_log(path))) == 2
+
+
+def test_an_unterminated_last_record_that_is_complete_is_read(tmp_path: Path) -> None:
+    torn: list[object] = []
+    path = _torn_log(tmp_path, to_json_line(SUMMARY).encode())
+    assert len(list(read_log(path, on_torn=torn.append))) == 3
+    assert torn == []
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "reason"),
+    [
+        # a malformed line in the middle
+        (to_json_line(PERIOD) + "\n{torn\n" + to_json_line(SUMMARY) + "\n", 2, "not JSON"),
+        # a complete (newline-terminated) bad last line
+        (to_json_line(PERIOD) + "\n{torn\n", 2, "not JSON"),
+        # unterminated but valid JSON: not torn, just not a record
+        (to_json_line(PERIOD) + '\n{"type": "x"}', 2, "type: must be"),
+    ],
+)
+def test_other_bad_lines_are_still_errors(tmp_path: Path, content: str, line: int,
+                                          reason: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content, encoding="utf-8")
+    torn: list[object] = []
+    with pytest.raises(LogFormatError, match=f"bad.jsonl: line {line}: {reason}"):
+        list(read_log(path, on_torn=torn.append))
+    assert torn == []
+
+
+def test_a_line_that_is_not_utf8_in_the_middle_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "bin.jsonl"
+    path.write_bytes(b"\xff\xfe\n" + to_json_line(SUMMARY).encode() + b"\n")
+    with pytest.raises(LogFormatError, match="bin.jsonl: line 1: not UTF-8"):
+        list(read_log(path))
+
+
+def test_a_writer_appending_after_a_crash_drops_the_torn_tail(tmp_path: Path) -> None:
+    path = _torn_log(tmp_path, b'{"type":"per')
+    with PhaseLogWriter(path) as w:
+        assert w.dropped_torn_bytes == 12
+        w.write(SUMMARY)
+    torn: list[object] = []
+    assert [r["type"] for r in read_log(path, on_torn=torn.append)] == [
+        "period", "summary", "summary"]
+    assert torn == []
+
+
+def test_a_writer_appending_keeps_a_complete_unterminated_record(tmp_path: Path) -> None:
+    path = _torn_log(tmp_path, to_json_line(PERIOD).encode())
+    with PhaseLogWriter(path) as w:
+        assert w.dropped_torn_bytes == 0
+        w.write(SUMMARY)
+    assert [r["type"] for r in read_log(path)] == ["period", "summary", "period", "summary"]
+
+
+def test_a_log_that_is_one_torn_line_reads_as_empty(tmp_path: Path) -> None:
+    from coallocator.phase_log import drop_torn_tail
+
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(b'{"job":')
+    torn: list[object] = []
+    assert list(read_log(path, on_torn=torn.append)) == []
+    assert len(torn) == 1
+    assert drop_torn_tail(path) == 7
+    assert path.read_bytes() == b""
+    assert drop_torn_tail(tmp_path / "absent.jsonl") == 0

@@ -62,6 +62,63 @@ def test_bad_node_specs_name_the_item(spec: str, message: str) -> None:
     assert message in str(exc.value)
 
 
+def test_labels_follow_the_speed_after_colons() -> None:
+    nodes = parse_nodes_spec("300:fast,450, 600 : gpu : fast ,2.5:a+b")
+    assert [(n.name, n.speed_mhz, n.labels) for n in nodes] == [
+        ("n0", 300.0, frozenset({"fast"})),
+        ("n1", 450.0, frozenset()),
+        ("n2", 600.0, frozenset({"gpu", "fast"})),
+        ("n3", 2.5, frozenset({"a+b"})),
+    ]
+    # With a label a lone whole number is a speed, not a count.
+    assert [(n.speed_mhz, n.labels) for n in parse_nodes_spec("4:fast")] == [
+        (4.0, frozenset({"fast"}))]
+    assert all(n.labels == frozenset() for n in parse_nodes_spec("3"))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("300:", "item 0 ('300:'): empty label"),
+        ("300,450::gpu", "item 1 ('450::gpu'): empty label"),
+        ("fast:300", "item 0 ('fast:300'): not a number of MHz"),
+        (":fast", "item 0 (':fast'): not a number of MHz"),
+        ("300:fa st", "must not contain whitespace"),
+        ("300:a\x1b[31m", "control characters"),
+        ("300;fast", "not a number of MHz"),
+    ],
+)
+def test_bad_labels_name_the_flag_and_the_item(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match="^--nodes: ") as exc:
+        parse_nodes_spec(spec)
+    assert message in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_labels_from_custom_resources() -> None:
+    from runtime.nodes import labels_from_resources
+
+    infos = ray_nodes_from([
+        _info("aaaaaaaa", head=True, CPU=2.0, coalloc_label_fast=1.0, coalloc_label_gpu=4.0),
+        _info("bbbbbbbb", CPU=1.0, coalloc_label_fast=0.0, coalloc_mhz=300.0),
+        _info("cccccccc", CPU=1.0, coalloc_labelx=1.0),
+    ])
+    nodes = [node_for_ray_node(info, i, 1000.0) for i, info in enumerate(infos)]
+    assert [(n.name, n.labels) for n in nodes] == [
+        ("r0-aaaaaa", frozenset({"fast", "gpu"})),
+        ("r1-bbbbbb", frozenset()),  # an amount of 0 declares nothing
+        ("r2-cccccc", frozenset()),  # not the prefix
+    ]
+    # The labels reach the nodes the actors are built with.
+    assert [p.node.labels for p in plan(infos, None, 1000.0)] == [n.labels for n in nodes]
+    bad = RayNodeInfo("dddddddd1234abcd", "10.0.0.4", {"coalloc_label_": 1.0})
+    with pytest.raises(ValueError, match="Ray node dddddddd1234 .10.0.0.4.: resource "
+                                         "'coalloc_label_': empty label"):
+        labels_from_resources(bad)
+    with pytest.raises(ValueError, match="must not contain ',' or ':'"):
+        labels_from_resources(RayNodeInfo("e", "", {"coalloc_label_a:b": 1.0}))
+
+
 def _info(node_id: str, head: bool = False, **res: float) -> dict[str, object]:
     resources = dict(res)
     if head:
