@@ -128,9 +128,10 @@ def test_random_kills_of_every_actor_lose_no_job(deployment: Any, capsys: Any) -
             assert st == "failed" and rec["reason"], rec
     assert sum(1 for s in states.values() if s == "completed") >= JOBS // 2, states
     attempts = [client.job(j)["attempt"] for j in ids]
-    print(f"chaos: kills {kills}; states "
-          f"{ {s: list(states.values()).count(s) for s in sorted(set(states.values()))} }; "
-          f"runs requeued {sum(a - 1 for a in attempts)}")
+    with capsys.disabled():  # seen with pytest -s
+        print(f"chaos: kills {kills}; states "
+              f"{ {s: list(states.values()).count(s) for s in sorted(set(states.values()))} }; "
+              f"runs requeued {sum(a - 1 for a in attempts)}")
 
     # No subtask process left behind.
     wait_for(lambda: not _soak_processes(), timeout=30)
