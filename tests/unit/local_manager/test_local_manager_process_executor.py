@@ -371,7 +371,9 @@ def test_record_round_trips_through_json() -> None:
 @pytest.mark.parametrize(
     ("over", "needle"),
     [
-        ({"version": 2}, "version: must be 1"),
+        ({"version": 3}, "version: must be 1 or 2"),
+        ({"version": True}, "version: must be 1 or 2"),
+        ({"status_file": "relative"}, "status_file: must be null or an absolute path"),
         ({"pid": 0}, "pid: must be an integer > 0"),
         ({"pid": True}, "pid: must be an integer > 0"),
         ({"tag": "a/b"}, "tag: must be a non-empty alphanumeric"),
