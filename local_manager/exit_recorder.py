@@ -215,10 +215,17 @@ def _end_like(status: int) -> None:
     sig = -status
     try:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-        os.kill(os.getpid(), sig)
     except (OSError, ValueError):
+        pass
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        except (OSError, ValueError):
+            pass
+    try:
+        os.kill(os.getpid(), sig)
+    except OSError:
         pass
     os._exit(128 + sig)
 

@@ -368,6 +368,16 @@ def test_record_round_trips_through_json() -> None:
     assert rec.mode is LimitMode.DUTY_CYCLE and rec.containment is Containment.PROCESS_TREE
 
 
+def test_record_names_the_status_file_and_reads_version_1_records() -> None:
+    rec = ExecutorRecord.from_dict(a_record(status_file="/run/x/0123abcd.exit"))
+    assert rec.status_file == "/run/x/0123abcd.exit"
+    assert rec.to_dict()["version"] == 2
+    # A record written before the exit recorder (version 1) has no status file: the
+    # field is ignored even if present.
+    old = a_record(version=1, status_file="/run/x/0123abcd.exit")
+    assert ExecutorRecord.from_dict(old).status_file is None
+
+
 @pytest.mark.parametrize(
     ("over", "needle"),
     [
