@@ -815,7 +815,7 @@ class ProcessExecutor:
                 if record.status_file is not None:
                     self._lost_reason = "ended while its manager was down; exit status lost"
                 self._shutdown(ExecutorState.FINISHED, self.grace_s)
-            elif self._status_file is not None and not self._leader_is_child:
+            elif self._status_file is not None:
                 try:  # its group signals are not to be forwarded by the recorder
                     exit_recorder.write_owner(self._status_file, os.getpid())
                 except OSError:
