@@ -216,20 +216,33 @@ def reap_stale_subtasks(
     reap. See :func:`stale_subtasks`. Descendants are included even when they dropped the
     owner marker from their environment (exec with a clean environment), and a stale
     process's ``coalloc-*`` cgroup is killed whole (``cgroup.kill``) and removed once empty.
-    Status files in ``status_dir`` (default: the default one) of subtasks not kept and
-    with no process left (those killed here included) are removed.
+    Status files in ``status_dir`` (default: the default one) are removed for the subtasks
+    killed here, and for those not kept, with no process left and older than
+    :data:`STALE_STATUS_S` (a command that ended while its manager was down, whose
+    manager never came back; a restarting manager reads its file within seconds).
     """
     keep = set(keep_tags) | {ex._tag for ex in list(_LIVE) if ex._tag}
     stale = stale_subtasks(PSUTIL, keep)
+    tags = set()
+    for pid in stale:
+        env = PSUTIL.environ(pid)
+        if env and env.get(TAG_ENV):
+            tags.add(env[TAG_ENV])
     try:
         killed = _reap(stale, proc_root) if stale else []
     finally:
-        _remove_stale_status_files(status_dir, keep)
+        _remove_stale_status_files(status_dir, keep, tags)
     return killed
 
 
-def _remove_stale_status_files(status_dir: Path | None, keep: set[str]) -> None:
-    """Remove the status files of subtasks not in ``keep`` whose processes are all gone."""
+#: Age (s) after which the status file of a subtask with no process left, that no
+#: checkpoint names, is removed by :func:`reap_stale_subtasks`.
+STALE_STATUS_S = 3600.0
+
+
+def _remove_stale_status_files(status_dir: Path | None, keep: set[str], killed: set[str]) -> None:
+    """Remove the status files of the ``killed`` tags, and those of subtasks not in
+    ``keep`` whose processes are all gone and that are older than STALE_STATUS_S."""
     try:
         directory = status_dir or exit_recorder.default_status_dir()
         files = list(directory.glob(f"*{exit_recorder.STATUS_SUFFIX}"))
@@ -242,13 +255,15 @@ def _remove_stale_status_files(status_dir: Path | None, keep: set[str]) -> None:
         env = PSUTIL.environ(pid)
         if env and TAG_ENV in env:
             live_tags.add(env[TAG_ENV])
+    now = time.time()
     for path in files:
         tag = path.name[: -len(exit_recorder.STATUS_SUFFIX)]
-        if tag not in keep and tag not in live_tags:
-            try:
+        try:
+            old = now - path.stat().st_mtime > STALE_STATUS_S
+            if tag in killed or (tag not in keep and tag not in live_tags and old):
                 exit_recorder.remove_status(path)
-            except OSError:
-                pass
+        except OSError:
+            pass
 
 
 def _reap(stale: list[int], proc_root: Path) -> list[int]:

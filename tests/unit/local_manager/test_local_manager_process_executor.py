@@ -659,3 +659,24 @@ def test_pacer_tick_without_begin_is_an_error() -> None:
         DutyCyclePacer().tick(0.0, 0.0)
     with pytest.raises(ValueError, match="period_s"):
         DutyCyclePacer(period_s=0.0)
+
+
+def test_stale_status_files_are_swept_but_kept_and_live_ones_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import local_manager.process_executor as pe
+
+    table = FakeTable()
+    table.put(30)
+    table.envs[30] = {TAG_ENV: "live"}  # its recorder still runs
+    monkeypatch.setattr(pe, "PSUTIL", table)
+    hours_ago = pe.time.time() - 2 * pe.STALE_STATUS_S
+    files = {}
+    for tag in ("live", "kept", "killed", "fresh", "old"):
+        files[tag] = tmp_path / f"{tag}.exit"
+        files[tag].write_text("{}")
+        if tag != "fresh":
+            os.utime(files[tag], (hours_ago, hours_ago))
+    (tmp_path / "old.exit.owner").write_text("1")
+    pe._remove_stale_status_files(tmp_path, keep={"kept"}, killed={"killed"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.exit", "kept.exit", "live.exit"]
