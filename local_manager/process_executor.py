@@ -327,7 +327,11 @@ class ProcessExecutor:
     source (s) and the blocking wait used by :meth:`run_cycle` and the kill sequence.
     ``env`` replaces the environment (None: inherit this process's); either way
     :data:`OWNER_ENV` and :data:`TAG_ENV` are added so that :func:`reap_stale_subtasks`
-    can find the processes if this owner dies without cleaning up.
+    can find the processes if this owner dies without cleaning up. ``status_dir`` is where
+    the exit recorder writes the command's exit status (None:
+    :func:`~local_manager.exit_recorder.default_status_dir`); see "Exit status" above.
+    :attr:`exit_reason` says why :attr:`exit_code` is None once the subtask has ended
+    without a readable status.
 
     Use: :meth:`start` (or :meth:`attach` to adopt a running one), then per cycle either
     :meth:`run_cycle` (blocking) or :meth:`begin_cycle`, :meth:`step` until it returns None
