@@ -69,7 +69,8 @@ def default_status_dir() -> Path:
     and refused (OSError) unless it is a directory owned by this user that no one else
     can write to (a status file there decides whether a job failed)."""
     raw = os.environ.get(STATUS_DIR_ENV)
-    path = Path(raw) if raw else Path(tempfile.gettempdir()) / f"coalloc-exit-{os.getuid()}"
+    default = Path(tempfile.gettempdir()) / f"coalloc-exit-{os.getuid()}"
+    path = (Path(raw) if raw else default).absolute()
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = path.lstat()
     if not path.is_dir() or path.is_symlink():

@@ -364,7 +364,7 @@ class ProcessExecutor:
         status_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.argv = validate_argv(argv)
-        self.status_dir = Path(status_dir) if status_dir is not None else None
+        self.status_dir = Path(status_dir).absolute() if status_dir is not None else None
         self.speed_mhz = positive("speed_mhz", speed_mhz)
         self.period_s = positive("period_s", period_s)
         self.rescan_s = positive("rescan_s", rescan_s)
