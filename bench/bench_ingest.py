@@ -58,6 +58,7 @@ from coallocator.transport import (  # noqa: E402
     ReportSender,
 )
 from coallocator.wire import encode_report  # noqa: E402
+from workloads.messages import JobRegistration
 
 Apply = Callable[[list[ProgressReport]], object]
 
@@ -197,8 +198,8 @@ def core_apply(jobs: dict[str, list[tuple[int, str]]]) -> Apply:
 
     core = ControllerCore()
     for job_id, subs in jobs.items():
-        core.register_job(job_id, QosClass.STRICT, 0.0,
-                          [(i, node, 750.0) for i, node in subs], 100.0, 100.0)
+        core.register_job(JobRegistration(job_id, QosClass.STRICT, 0.0,
+                          [(i, node, 750.0) for i, node in subs], 100.0, 100.0))
     ingest = core.ingest
 
     def apply(reports: list[ProgressReport]) -> None:

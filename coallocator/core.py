@@ -13,7 +13,8 @@ gives back come out of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from coallocator.controller import (
@@ -28,6 +29,7 @@ from coallocator.controller import (
 )
 from coallocator.messages import ProgressReport, ReweightCommand
 from coallocator.phase_log import JobPhaseTracker, PeriodRecord, SummaryRecord, period_record
+from workloads.messages import JobRegistration
 from workloads.model import QosClass
 
 RecordSink = Callable[[PeriodRecord | SummaryRecord], None]
@@ -137,39 +139,27 @@ class ControllerCore:
         self.summaries: dict[str, SummaryRecord] = {}
 
     # -------------------------------------------------------------- membership
-    def register_job(
-        self,
-        job_id: str,
-        qos: QosClass,
-        arrival: float,
-        subtasks: Iterable[tuple[int, str, float]],
-        overall_deviation: float | None = None,
-        asynchrony: float | None = None,
-    ) -> None:
-        """Track a job. ``subtasks``: (index, node, admitted weight in Mcycles/s). Under
-        pace control a strict gang starts at the rate cap :func:`initial_rate_cap` gives
-        (the global manager placed it with the same)."""
-        subs = [_SubtaskTrack(i, node, w, w, virtual_time=arrival) for i, node, w in subtasks]
+    def register_job(self, reg: JobRegistration) -> None:
+        """Track a job from ``reg.arrival``; its subtasks' weights start at their admitted
+        weights (expected rates, Mcycles/s). Under pace control a strict gang starts at
+        the rate cap :func:`initial_rate_cap` gives (the global manager placed it with
+        the same)."""
+        subs = [_SubtaskTrack(i, node, w, w, virtual_time=reg.arrival)
+                for i, node, w in reg.subtasks]
         for st in subs:
             st.rate_cap = initial_rate_cap(
-                self.config, self.enabled, qos is QosClass.STRICT, len(subs), st.admitted_weight
+                self.config, self.enabled, reg.qos is QosClass.STRICT, len(subs),
+                st.admitted_weight,
             )
-        self.jobs[job_id] = _JobTrack(
-            job_id=job_id,
-            qos=qos,
-            overall_deviation=float(
-                overall_deviation if overall_deviation is not None else float("inf")
-            ),
-            asynchrony=float(asynchrony if asynchrony is not None else float("inf")),
+        e = float(reg.overall_deviation if reg.overall_deviation is not None else math.inf)
+        a = float(reg.asynchrony if reg.asynchrony is not None else math.inf)
+        self.jobs[reg.job_id] = _JobTrack(
+            job_id=reg.job_id,
+            qos=reg.qos,
+            overall_deviation=e,
+            asynchrony=a,
             subtasks=subs,
-            tracker=JobPhaseTracker(
-                job_id,
-                qos.value,
-                len(subs),
-                arrival,
-                float(asynchrony if asynchrony is not None else float("inf")),
-                float(overall_deviation if overall_deviation is not None else float("inf")),
-            ),
+            tracker=JobPhaseTracker(reg.job_id, reg.qos.value, len(subs), reg.arrival, a, e),
         )
 
     def ingest(self, report: ProgressReport) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from global_manager.core import QueueMode
+from global_manager.core import GlobalConfig, QueueMode
 from global_manager.policies import Policy
 from local_manager.scheduler import DEFAULT_QUEUE_WEIGHTS, LocalSchedulerConfig
 from workloads.model import QueueName
@@ -52,6 +52,16 @@ class SimConfig:
             raise ValueError("cycle: must be a finite number of seconds > 0")
         if self.control_every < 1:
             raise ValueError("control_every: must be >= 1 cycle")
+
+    @property
+    def qos_share(self) -> float:
+        """The QoS queue's CPU fraction (admission budgets are built on it): derived here
+        only, from ``queue_weights``."""
+        return self.queue_weights[1] / sum(self.queue_weights)
+
+    def global_config(self) -> GlobalConfig:
+        """The global manager's configuration under this core configuration."""
+        return GlobalConfig(self.rate_per_weight, self.qos_share, self.queue)
 
     def local_config(self, policy: Policy) -> LocalSchedulerConfig:
         weights = dict(

@@ -47,6 +47,7 @@ from global_manager.flow_placement import place_pending as flow_place_pending
 from global_manager.policies import Policy
 from workloads.model import (
     Demand,
+    JobPhase,
     JobSpec,
     Node,
     QosClass,
@@ -62,15 +63,6 @@ class QueueMode(str, Enum):
 
     REJECT = "reject"
     WAIT = "wait"
-
-
-class JobState(str, Enum):
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-    EXPIRED = "expired"
-    REJECTED = "rejected"
 
 
 #: Seconds a job waits before flow placement may hold nodes for it.
@@ -173,7 +165,7 @@ class GlobalManagerCore:
         self.pending: dict[str, PendingRecord] = {}
         #: Jobs that ended without running to completion: rejected, expired, or
         #: cancelled while pending.
-        self.closed: dict[str, JobState] = {}
+        self.closed: dict[str, JobPhase] = {}
         #: Strict expected rate each user's running jobs hold (Mcycles/s).
         self.user_held: dict[str, float] = {}
         self._next_id = 0
@@ -242,7 +234,7 @@ class GlobalManagerCore:
             return Admission(job_id, False, f"job id {job_id!r} is already in use")
         adm = self._submit(job_id, spec, now)
         if not adm.admitted and not adm.pending:
-            self.closed[job_id] = JobState.REJECTED
+            self.closed[job_id] = JobPhase.REJECTED
         return adm
 
     def _submit(self, job_id: str, spec: JobSpec, now: float) -> Admission:
@@ -424,7 +416,7 @@ class GlobalManagerCore:
             mw = rec.spec.max_wait
             if mw is not None and now - rec.arrival >= mw:
                 del self.pending[rec.job_id]
-                self.closed[rec.job_id] = JobState.EXPIRED
+                self.closed[rec.job_id] = JobPhase.EXPIRED
                 last = "; ".join(r.message for r in self.pending_reasons_of(rec))
                 reason = f"expired: pending {now - rec.arrival:.6g} s, max_wait {mw:.6g} s"
                 expired.append(Admission(
@@ -566,17 +558,17 @@ class GlobalManagerCore:
                  if r.spec.max_wait is not None]
         return min(times) if times else None
 
-    def job_state(self, job_id: str) -> JobState:
+    def job_state(self, job_id: str) -> JobPhase:
         if job_id in self.pending:
-            return JobState.PENDING
+            return JobPhase.PENDING
         if job_id in self.closed:
             return self.closed[job_id]
         job = self.jobs.get(job_id)
         if job is None:
             raise KeyError(job_id)
         if job.cancelled:
-            return JobState.CANCELLED
-        return JobState.RUNNING if job.running else JobState.COMPLETED
+            return JobPhase.CANCELLED
+        return JobPhase.RUNNING if job.running else JobPhase.COMPLETED
 
     def _uses_flow(self) -> bool:
         return self.placement.name == "flow" and all(
@@ -700,7 +692,7 @@ class GlobalManagerCore:
         still pending)."""
         if job_id in self.pending:
             del self.pending[job_id]
-            self.closed[job_id] = JobState.CANCELLED
+            self.closed[job_id] = JobPhase.CANCELLED
             return []
         job = self.jobs.get(job_id)
         if job is None:
@@ -793,7 +785,7 @@ class GlobalManagerCore:
         self.load = {n: float(snap["load"][n]) for n in self.nodes}
         self.user_held = {str(u): float(h) for u, h in snap.get("user_held", {}).items()}
         self.down = {str(n) for n in snap.get("down", [])} & set(self.nodes)
-        self.closed = {str(j): JobState(st) for j, st in snap.get("closed", {}).items()}
+        self.closed = {str(j): JobPhase(st) for j, st in snap.get("closed", {}).items()}
         drain = snap.get("drain")
         self._drain = None if not drain else (str(drain[0]), tuple(str(n) for n in drain[1]))
         self.jobs = {}

@@ -30,10 +30,12 @@ from clocks.base import ManualClock
 from coallocator.core import ControllerCore
 from coallocator.phase_log import PeriodRecord, SummaryRecord, to_json_line
 from global_manager.config import SimConfig
-from global_manager.core import Admission, GlobalConfig, GlobalManagerCore, JobState, QueueMode
+from global_manager.core import Admission, GlobalManagerCore, QueueMode
+from global_manager.engine import apply_commands, control_cycle, node_cycle, start_run
 from global_manager.policies import Policy, get_policy
 from local_manager.scheduler import CycleResult, LocalScheduler
-from workloads.model import JobSpec, QosClass, QueueName, Workload
+from workloads.messages import JobRegistration
+from workloads.model import JobPhase, JobSpec, QosClass, QueueName, Subtask, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,10 +139,8 @@ def simulate(
         if log_fh is not None:
             log_fh.write(to_json_line(rec) + "\n")
 
-    qos_share = cfg.queue_weights[1] / sum(cfg.queue_weights)
-    gm = GlobalManagerCore(
-        workload.nodes, pol, GlobalConfig(cfg.rate_per_weight, qos_share, cfg.queue), rng
-    )
+    qos_share = cfg.qos_share
+    gm = GlobalManagerCore(workload.nodes, pol, cfg.global_config(), rng)
     waits = cfg.queue is QueueMode.WAIT
     placement_seconds = 0.0
     local_cfg = cfg.local_config(pol)
@@ -215,25 +215,23 @@ def simulate(
             end = clock.advance(q)
             cycles += 1
             for name, sched in schedulers.items():
-                if not len(sched):
+                # Commands were applied when they were sent (an in-memory channel).
+                stepped, _ = node_cycle(sched, (), end, q)
+                if stepped is None:
                     continue
-                res = sched.step(end, q)
-                used[name] += res.used
-                used_qos += _qos_used(res)
-                virtual_idle += res.virtual_idle
-                for rep in res.reports:
+                used[name] += stepped.used
+                used_qos += _qos_used(stepped)
+                virtual_idle += stepped.virtual_idle
+                for rep in stepped.reports:
                     ctl.ingest(rep)
-                for key in res.finished:
+                for key in stepped.finished:
                     sched.remove(key)
                     active -= 1
                     job_done = gm.subtask_finished(*key)
                     if job_done:
                         results[key[0]].completed_at = end
             if cycles % cfg.control_every == 0:
-                for cmd in ctl.control_period(end):
-                    schedulers[cmd.node].set_weights(
-                        (cmd.job_id, cmd.subtask), cmd.weight, cmd.virtual_weight, cmd.rate_cap
-                    )
+                control_cycle(ctl, end, lambda cmd: apply_commands(schedulers[cmd.node], (cmd,)))
         ctl.finish_all()
     finally:
         if log_fh is not None:
@@ -337,17 +335,16 @@ def _start(
     """Hand a placed job's subtasks to their nodes and the controller."""
     out.admission = adm
     spec = out.spec
-    for s in adm.subtasks:
-        schedulers[s.node].add(s, now)
-    if spec.qos in (QosClass.STRICT, QosClass.LOOSE):
-        ctl.register_job(
-            adm.job_id,
-            spec.qos,
-            now,
-            [(s.index, s.node, s.expected_rate) for s in adm.subtasks],
-            spec.overall_deviation,
-            spec.asynchrony,
-        )
+    grid = spec.qos in (QosClass.STRICT, QosClass.LOOSE)
+
+    def place(node: str, group: list[Subtask]) -> None:
+        for s in group:
+            schedulers[node].add(s, now)
+
+    start_run(
+        JobRegistration.of(adm.job_id, spec, now, adm.subtasks) if grid else None,
+        adm.subtasks, ctl.register_job, place,
+    )
     return len(adm.subtasks)
 
 
@@ -355,15 +352,15 @@ def _job_result(r: _Outcome, ctl: ControllerCore, gm: GlobalManagerCore) -> JobR
     spec, adm = r.spec, r.admission
     summary = ctl.summaries.get(adm.job_id)
     if r.completed_at is not None:
-        state = JobState.COMPLETED.value
+        state = JobPhase.COMPLETED.value
     elif adm.admitted:
-        state = JobState.RUNNING.value
+        state = JobPhase.RUNNING.value
     elif adm.job_id in gm.pending:
-        state = JobState.PENDING.value
+        state = JobPhase.PENDING.value
     else:
-        state = gm.closed.get(adm.job_id, JobState.REJECTED).value
+        state = gm.closed.get(adm.job_id, JobPhase.REJECTED).value
     reason = adm.reason
-    if state == JobState.PENDING.value:
+    if state == JobPhase.PENDING.value:
         reason = "; ".join(x.message for x in gm.pending_reasons(adm.job_id))
     return JobResult(
         job_id=adm.job_id,

@@ -32,6 +32,7 @@ Each cycle of length ``q`` seconds the node offers ``speed_mhz * cores * q`` Mcy
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -199,14 +200,16 @@ class LocalScheduler:
 
     # ----------------------------------------------------------------- membership
     def add(self, subtask: Subtask, now: float) -> None:
-        """Place ``subtask`` on this node at real time ``now`` (s); its clocks start there."""
+        """Place ``subtask`` on this node at real time ``now`` (s); its clocks start there.
+        The scheduler keeps its own copy (it owns the subtask's live state: done work,
+        weights, finish time; :meth:`get` reads it): the caller's record is not changed."""
         if subtask.node != self.node.name:
             raise ValueError(
                 f"subtask {subtask.key} is for node {subtask.node!r}, not {self.node.name!r}"
             )
         if self._find(subtask.key) is not None:
             raise ValueError(f"subtask {subtask.key} is already on node {self.node.name!r}")
-        subtask.start_time = now
+        subtask = dataclasses.replace(subtask, start_time=now)
         entry = _Entry(subtask, now)
         cap = self.config.max_running.get(entry.queue)
         if cap is not None and (self._waiting[entry.queue] or self._running(entry.queue) >= cap):

@@ -34,9 +34,10 @@ from runtime.config import (
 )
 from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
-from runtime.node_runtime import NodeRuntime, SubtaskOutcome
+from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
-from workloads.model import JobSpec, Node, QosClass, Subtask
+from workloads.messages import JobRegistration, SubtaskOutcome
+from workloads.model import JobSpec, Node, Subtask
 
 if TYPE_CHECKING:
     from coallocator.security import ClientCurve, ServerCurve
@@ -163,17 +164,12 @@ class ControllerActor:
                 if gm is None:
                     gm = ray.get_actor(GLOBAL_NAME, namespace=NAMESPACE)
                 jobs = ray.get(gm.controller_jobs.remote(), timeout=CALL_TIMEOUT_S)
-                for j in jobs:
-                    ended = {int(i): float(t) for i, t in j["ended"].items()}
-                    if self.service.resume_job(
-                        j["job_id"], QosClass(j["qos"]), float(j["arrival"]),
-                        [tuple(s) for s in j["subtasks"]], j["overall_deviation"],
-                        j["asynchrony"], ended,
-                    ):
+                for reg, ended in jobs:
+                    if self.service.resume_job(reg, ended):
                         self.resumed += 1
                     else:
                         for i, t in ended.items():
-                            self.service.subtask_ended(j["job_id"], i, t)
+                            self.service.subtask_ended(reg.job_id, i, t)
             except Exception as exc:  # noqa: BLE001 - the global manager may be restarting
                 log.info("controller resync: %s", type(exc).__name__)
             time.sleep(RECONCILE_S)
@@ -194,18 +190,8 @@ class ControllerActor:
         """``node``'s local manager runs as ``incarnation`` from now on."""
         self.service.register_node(node, incarnation)
 
-    def register_job(
-        self,
-        job_id: str,
-        qos: str,
-        arrival: float,
-        subtasks: list[tuple[int, str, float]],
-        overall_deviation: float | None,
-        asynchrony: float | None,
-    ) -> None:
-        self.service.register_job(
-            job_id, QosClass(qos), arrival, subtasks, overall_deviation, asynchrony
-        )
+    def register_job(self, reg: JobRegistration) -> None:
+        self.service.register_job(reg)
 
     def cancel(self, job_id: str, reason: str = "") -> None:
         """Stop tracking ``job_id``; its summary in the phase log carries ``reason``."""
@@ -381,23 +367,10 @@ class _RayDispatch:
         self.controller = controller
         self.local_managers = local_managers
 
-    def register(
-        self,
-        job_id: str,
-        qos: QosClass,
-        arrival: float,
-        subtasks: list[tuple[int, str, float]],
-        overall_deviation: float | None,
-        asynchrony: float | None,
-    ) -> None:
+    def register(self, reg: JobRegistration) -> None:
         import ray
 
-        ray.get(
-            self.controller.register_job.remote(
-                job_id, qos.value, arrival, subtasks, overall_deviation, asynchrony
-            ),
-            timeout=CALL_TIMEOUT_S,
-        )
+        ray.get(self.controller.register_job.remote(reg), timeout=CALL_TIMEOUT_S)
 
     def place(self, node: str, subtasks: list[Subtask], start: float) -> None:
         import ray
@@ -555,7 +528,7 @@ class GlobalManagerActor:
         """Pending and running jobs with user, priority, wait and reason."""
         return self.service.queue()
 
-    def controller_jobs(self) -> list[dict[str, Any]]:
+    def controller_jobs(self) -> list[tuple[JobRegistration, dict[int, float]]]:
         """What a restarted controller tracks again (see ``GlobalService``)."""
         return self.service.controller_jobs()
 

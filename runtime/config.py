@@ -103,6 +103,10 @@ class RuntimeConfig:
     #: A strict job that does not fit at once: ``wait`` in the pending queue (placed by a
     #: later cycle) or ``reject`` it (the paper's behaviour).
     queue: str = "wait"
+    #: Placement policy (a name of :data:`global_manager.admission.placement_policies`):
+    #: ``flow`` (min-cost flow over the whole pending queue: gangs, fair shares between
+    #: users, labels, priority, waiting) by default; "" keeps the policy's own.
+    placement: str = "flow"
     #: Cycles without an answer from a node's local manager before the node is lost and
     #: its gangs are ended by their ``on_node_loss`` policy (after ``stall_cycles`` of
     #: silence it is only stale: placement skips it).
@@ -122,6 +126,11 @@ class RuntimeConfig:
             raise ValueError(f"log_every: must be an integer >= 1, got {self.log_every!r}")
         if not isinstance(self.stall_cycles, int) or self.stall_cycles < 1:
             raise ValueError(f"stall_cycles: must be an integer >= 1, got {self.stall_cycles!r}")
+        from global_manager.admission import placement_policies
+
+        if self.placement and self.placement not in placement_policies:
+            known = ", ".join(placement_policies.names())
+            raise ValueError(f"placement: unknown placement {self.placement!r} (known: {known})")
         if self.queue not in ("wait", "reject"):
             raise ValueError(f"queue: must be wait or reject, got {self.queue!r}")
         if not isinstance(self.node_timeout, int) or self.node_timeout <= self.stall_cycles:
@@ -165,9 +174,13 @@ class RuntimeConfig:
         )
 
     def get_policy(self) -> Policy:
+        """The policy by name, with this configuration's placement."""
+        if self.placement:
+            return get_policy(self.policy, placement=self.placement)
         return get_policy(self.policy)
 
     @property
     def qos_share(self) -> float:
-        """The QoS queue's CPU fraction (admission budgets are built on it)."""
-        return self.queue_weights[1] / sum(self.queue_weights)
+        """The QoS queue's CPU fraction (admission budgets are built on it), as the core
+        configuration derives it."""
+        return self.sim_config().qos_share

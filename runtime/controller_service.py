@@ -42,10 +42,11 @@ from typing import Any, Protocol
 from coallocator.core import ControllerCore, violation_fraction
 from coallocator.messages import ProgressReport, ReweightCommand
 from coallocator.phase_log import PeriodRecord, PhaseLogWriter, SummaryRecord
+from global_manager.engine import control_cycle
 from runtime.config import RuntimeConfig
 from runtime.timebase import ModelClock, boundary_index
 from workloads.atomic import atomic_write_json
-from workloads.model import QosClass
+from workloads.messages import JobRegistration
 
 #: Version of the controller checkpoint's layout.
 CHECKPOINT_VERSION = 1
@@ -188,7 +189,7 @@ class ControllerService:
         )
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        self._pending_jobs: dict[str, tuple[Any, ...]] = {}
+        self._pending_jobs: dict[str, JobRegistration] = {}
         self.period_time: float | None = None
         self.counters: dict[str, int] = {
             "reports_received": 0,
@@ -249,30 +250,20 @@ class ControllerService:
             )
         atomic_write_json(self.checkpoint, doc)
 
-    def resume_job(
-        self,
-        job_id: str,
-        qos: QosClass,
-        arrival: float,
-        subtasks: list[tuple[int, str, float]],
-        overall_deviation: float | None,
-        asynchrony: float | None,
-        ended: Mapping[int, float],
-    ) -> bool:
+    def resume_job(self, reg: JobRegistration, ended: Mapping[int, float]) -> bool:
         """Track again a job that was running before a restart; ``ended``: subtask index
         -> real time (model s) it ended, as the global manager knows. False if tracked
         already (nothing changes)."""
         with self._lock:
-            if job_id in self.core.jobs or job_id in self._pending_jobs:
+            if reg.job_id in self.core.jobs or reg.job_id in self._pending_jobs:
                 return False
-            args = (job_id, qos, arrival, subtasks, overall_deviation, asynchrony)
-            if arrival <= self.clock.now():
-                self.core.register_job(*args)
+            if reg.arrival <= self.clock.now():
+                self.core.register_job(reg)
             else:
-                self._pending_jobs[job_id] = args
+                self._pending_jobs[reg.job_id] = reg
                 return True
             for index, t in sorted(ended.items()):
-                self.core.subtask_ended(job_id, index, t)
+                self.core.subtask_ended(reg.job_id, index, t)
             self._flush()
             return True
 
@@ -296,34 +287,25 @@ class ControllerService:
                 self._writer.flush()
 
     # ------------------------------------------------------------- entry points
-    def register_job(
-        self,
-        job_id: str,
-        qos: QosClass,
-        arrival: float,
-        subtasks: list[tuple[int, str, float]],
-        overall_deviation: float | None,
-        asynchrony: float | None,
-    ) -> None:
-        """Track a grid QoS job (strict or loose) from model time ``arrival`` (its start
-        boundary), as :meth:`ControllerCore.register_job`.
+    def register_job(self, reg: JobRegistration) -> None:
+        """Track a grid QoS job (strict or loose) from model time ``reg.arrival`` (its
+        start boundary), as :meth:`ControllerCore.register_job`.
 
         The job joins right after the control period that ends at ``arrival`` (or at once
         if that period has run), as the simulator admits a job after that period's
         control: a job that has not started yet is never observed."""
-        args = (job_id, qos, arrival, subtasks, overall_deviation, asynchrony)
         with self._lock:
-            if self.period_time is not None and arrival <= self.period_time:
-                self.core.register_job(*args)
+            if self.period_time is not None and reg.arrival <= self.period_time:
+                self.core.register_job(reg)
             else:
-                self._pending_jobs[job_id] = args
+                self._pending_jobs[reg.job_id] = reg
 
     def _join_pending(self, t: float) -> None:
         """Register the pending jobs whose start is at or before model time ``t``."""
-        for job_id, args in list(self._pending_jobs.items()):
-            if args[2] <= t + 1e-9:
+        for job_id, reg in list(self._pending_jobs.items()):
+            if reg.arrival <= t + 1e-9:
                 del self._pending_jobs[job_id]
-                self.core.register_job(*args)
+                self.core.register_job(reg)
 
     def cancel(self, job_id: str, reason: str = "") -> None:
         """Stop tracking ``job_id``; ``reason`` (cancelled, requeued after a node loss,
@@ -348,7 +330,7 @@ class ControllerService:
             return job.subtasks[index].node if 0 <= index < len(job.subtasks) else None
         pending = self._pending_jobs.get(job_id)
         if pending is not None:
-            for i, node, _ in pending[3]:
+            for i, node, _ in pending.subtasks:
                 if i == index:
                     return str(node)
         return None
@@ -386,18 +368,21 @@ class ControllerService:
     def control(self, t: float) -> list[ReweightCommand]:
         """Run the control period ending at model time ``t`` and send its commands."""
         offset, quality = self.clock.clock_status()
+
+        def send(cmd: ReweightCommand) -> None:
+            # A non-blocking send (ROUTER, bounded queue): safe under the lock.
+            if self.commands.publish(cmd):
+                self.counters["commands_sent"] += 1
+            else:
+                self.counters["commands_dropped"] += 1
+
         with self._lock:
-            cmds = self.core.control_period(t, offset, quality)
+            cmds = control_cycle(self.core, t, send, offset, quality)
             self.period_time = t
             self._join_pending(t)
             self.counters["periods"] += 1
             self._flush()
             views = [v for v in (self.core.view(j) for j in list(self.core.jobs)) if v]
-        for cmd in cmds:
-            if self.commands.publish(cmd):
-                self.counters["commands_sent"] += 1
-            else:
-                self.counters["commands_dropped"] += 1
         dropped = {
             k: int(v)
             for k, v in self.reports.counters().get("dropped", {}).items()

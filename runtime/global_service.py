@@ -32,16 +32,16 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
-from global_manager.core import GlobalConfig, GlobalManagerCore, QueueMode
+from global_manager.core import GlobalManagerCore, QueueMode
+from global_manager.engine import start_run
 from runtime.config import RuntimeConfig
-from runtime.node_runtime import SubtaskOutcome, SubtaskState
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.atomic import atomic_write_json
-from workloads.model import EndPolicy, JobSpec, Node, QosClass, Subtask
+from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase
+from workloads.model import EndPolicy, JobPhase, JobSpec, Node, QosClass, Subtask
 from workloads.spec import DEFAULT_USER, job_to_dict, parse_job
 
 log = logging.getLogger("coalloc.runtime")
@@ -52,36 +52,12 @@ JOURNAL_VERSION = 2
 TOKENS_KEPT = 256
 
 
-class JobState(str, Enum):
-    """A job's life in the live runtime."""
-
-    PENDING = "pending"  # in the queue: waits for room (``coalloc status JOB`` says why)
-    RUNNING = "running"  # placed; subtasks placed (they start at the job's start time)
-    COMPLETED = "completed"  # every subtask finished successfully
-    FAILED = "failed"  # a subtask failed or its node was lost (policy ``fail``)
-    CANCELLED = "cancelled"
-    EXPIRED = "expired"  # pending longer than its ``max_wait``
-    REJECTED = "rejected"
-
-    @property
-    def final(self) -> bool:
-        return self not in (JobState.PENDING, JobState.RUNNING)
-
-
 class Dispatch(Protocol):
     """How the global manager reaches the other actors. A call that cannot reach its
     actor raises (any exception); :meth:`cancel` never raises and returns the nodes it
     could not reach."""
 
-    def register(
-        self,
-        job_id: str,
-        qos: QosClass,
-        arrival: float,
-        subtasks: list[tuple[int, str, float]],
-        overall_deviation: float | None,
-        asynchrony: float | None,
-    ) -> None: ...
+    def register(self, reg: JobRegistration) -> None: ...
 
     def place(self, node: str, subtasks: list[Subtask], start: float) -> None: ...
 
@@ -112,7 +88,7 @@ class JobInfo:
     job_id: str
     name: str
     qos: str
-    state: JobState
+    state: JobPhase
     reason: str
     submitted_at: float
     start_at: float | None
@@ -162,7 +138,7 @@ class JobInfo:
     @staticmethod
     def from_record(d: Mapping[str, Any]) -> JobInfo:
         fields = {k: d[k] for k in JobInfo.__dataclass_fields__ if k in d}
-        fields["state"] = JobState(d["state"])
+        fields["state"] = JobPhase(d["state"])
         fields["outcomes"] = {int(i): dict(o) for i, o in d["outcomes"].items()}
         fields["subtasks"] = [dict(s) for s in d["subtasks"]]
         return JobInfo(**fields)
@@ -189,7 +165,7 @@ class GlobalService:
         self.core = GlobalManagerCore(
             nodes,
             self.policy,
-            GlobalConfig(config.rate_per_weight, config.qos_share, queue=QueueMode(config.queue)),
+            config.sim_config().global_config(),
             random.Random(config.seed),
         )
         self.nodes = list(nodes)
@@ -263,8 +239,8 @@ class GlobalService:
         log.warning(
             "global manager recovered %d jobs (%d running, %d pending) from %s",
             len(self.jobs),
-            sum(1 for j in self.jobs.values() if j.state is JobState.RUNNING),
-            sum(1 for j in self.jobs.values() if j.state is JobState.PENDING),
+            sum(1 for j in self.jobs.values() if j.state is JobPhase.RUNNING),
+            sum(1 for j in self.jobs.values() if j.state is JobPhase.PENDING),
             path,
         )
 
@@ -274,7 +250,7 @@ class GlobalService:
         that is not running)."""
         job_id = run_id if run_id in self.jobs else run_id.rsplit(".", 1)[0]
         info = self.jobs.get(job_id)
-        if info is None or info.state is not JobState.RUNNING:
+        if info is None or info.state is not JobPhase.RUNNING:
             return None
         return info if (info.run_id or info.job_id) == run_id else None
 
@@ -290,7 +266,7 @@ class GlobalService:
         with self._lock:
             out: dict[str, list[tuple[str, int]]] = {}
             for info in self.jobs.values():
-                if info.state is not JobState.RUNNING:
+                if info.state is not JobPhase.RUNNING:
                     continue
                 for s in info.subtasks:
                     if s["index"] not in info.outcomes:
@@ -299,27 +275,24 @@ class GlobalService:
                         )
             return out
 
-    def controller_jobs(self) -> list[dict[str, Any]]:
+    def controller_jobs(self) -> list[tuple[JobRegistration, dict[int, float]]]:
         """The running grid QoS jobs (strict, loose) as a restarted controller tracks
-        them again: ``job_id`` (the run id), ``qos``, ``arrival`` (start boundary, model
-        s), ``subtasks`` ((index, node, expected rate in Mcycles/s)),
-        ``overall_deviation``, ``asynchrony`` and ``ended`` (index -> model s it ended,
-        as far as known)."""
+        them again: each run's registration (its run id as ``job_id``) and which of its
+        subtasks ended when (index -> model s), as far as known."""
         grid = (QosClass.STRICT.value, QosClass.LOOSE.value)
         with self._lock:
             return [
-                {
-                    "job_id": info.run_id or info.job_id,
-                    "qos": info.qos,
-                    "arrival": info.start_at,
-                    "subtasks": [(s["index"], s["node"], s["expected_rate"])
-                                 for s in info.subtasks],
-                    "overall_deviation": info.overall_deviation,
-                    "asynchrony": info.asynchrony,
-                    "ended": {i: o["finish_time"] for i, o in info.outcomes.items()},
-                }
+                (
+                    JobRegistration(
+                        info.run_id or info.job_id, QosClass(info.qos), float(info.start_at or 0),
+                        tuple((s["index"], s["node"], s["expected_rate"])
+                              for s in info.subtasks),
+                        info.overall_deviation, info.asynchrony,
+                    ),
+                    {i: float(o["finish_time"]) for i, o in info.outcomes.items()},
+                )
                 for info in self.jobs.values()
-                if info.state is JobState.RUNNING and info.qos in grid
+                if info.state is JobPhase.RUNNING and info.qos in grid
             ]
 
     def reconcile(self, node: str, seen: list[dict[str, Any]]) -> int:
@@ -341,7 +314,7 @@ class GlobalService:
             if key in todo and d.get("state") in ended:
                 self.subtask_ended(
                     SubtaskOutcome(
-                        key[0], key[1], node, SubtaskState(d["state"]),
+                        key[0], key[1], node, SubtaskPhase(d["state"]),
                         float(d.get("finish_time") or self.clock.now()),
                         d.get("exit_code"), str(d.get("reason") or ""),
                     )
@@ -434,7 +407,7 @@ class GlobalService:
                 return []
             stops: list[tuple[str, list[str], str]] = []
             for info in list(self.jobs.values()):
-                if info.state is not JobState.RUNNING:
+                if info.state is not JobPhase.RUNNING:
                     continue
                 hit = [s for s in info.subtasks
                        if s["node"] in newly and s["index"] not in info.outcomes]
@@ -469,11 +442,11 @@ class GlobalService:
             for spec in specs:
                 adm = self.core.submit(spec, start)
                 if adm.pending:
-                    state = JobState.PENDING
+                    state = JobPhase.PENDING
                 elif adm.admitted:
-                    state = JobState.RUNNING
+                    state = JobPhase.RUNNING
                 else:
-                    state = JobState.REJECTED
+                    state = JobPhase.REJECTED
                 info = JobInfo(
                     job_id=adm.job_id,
                     name=spec.name,
@@ -514,11 +487,11 @@ class GlobalService:
         return {
             "job_id": info.job_id,
             "name": info.name,
-            "admitted": info.state is JobState.RUNNING,
-            "pending": info.state is JobState.PENDING,
+            "admitted": info.state is JobPhase.RUNNING,
+            "pending": info.state is JobPhase.PENDING,
             "state": info.state.value,
             "reason": info.reason,
-            "nodes": [s["node"] for s in info.subtasks] if info.state is JobState.RUNNING
+            "nodes": [s["node"] for s in info.subtasks] if info.state is JobPhase.RUNNING
             else [],
             "start_at": info.start_at,
         }
@@ -546,7 +519,7 @@ class GlobalService:
         self._expired_last = bool(cyc.expired)
         for adm in cyc.expired:
             info = self.jobs[adm.job_id]
-            info.state = JobState.EXPIRED
+            info.state = JobPhase.EXPIRED
             info.reason = adm.reason
             info.finished_at = self.clock.now()
         out = []
@@ -557,7 +530,7 @@ class GlobalService:
         return out
 
     def _placed(self, info: JobInfo, subtasks: tuple[Subtask, ...], start: float) -> None:
-        info.state = JobState.RUNNING
+        info.state = JobPhase.RUNNING
         info.reason = ""
         info.start_at = start
         info.outcomes = {}
@@ -584,24 +557,27 @@ class GlobalService:
         subs = [replace(s, job_id=run_id) for s in subtasks]
         qos = QosClass(info.qos)
         reached: list[str] = []
+
+        def register(reg: JobRegistration) -> None:
+            try:
+                self.dispatch.register(reg)
+            except Exception as exc:  # noqa: BLE001 - any failure aborts the dispatch
+                raise DispatchFailed("the controller", None, exc) from exc
+
+        def place(node: str, group: list[Subtask]) -> None:
+            try:
+                self.dispatch.place(node, group, start)
+            except Exception as exc:  # noqa: BLE001
+                raise DispatchFailed(f"the local manager of node {node}", node, exc) from exc
+            reached.append(node)
+
+        grid = qos in (QosClass.STRICT, QosClass.LOOSE)
+        registration = JobRegistration(
+            run_id, qos, start, tuple((s.index, s.node, s.expected_rate) for s in subs),
+            info.overall_deviation, info.asynchrony,
+        ) if grid else None
         try:
-            if qos in (QosClass.STRICT, QosClass.LOOSE):
-                try:
-                    self.dispatch.register(
-                        run_id, qos, start, [(s.index, s.node, s.expected_rate) for s in subs],
-                        info.overall_deviation, info.asynchrony,
-                    )
-                except Exception as exc:  # noqa: BLE001 - any failure aborts the dispatch
-                    raise DispatchFailed("the controller", None, exc) from exc
-            by_node: dict[str, list[Subtask]] = {}
-            for s in subs:
-                by_node.setdefault(s.node, []).append(s)
-            for node, group in by_node.items():
-                try:
-                    self.dispatch.place(node, group, start)
-                except Exception as exc:  # noqa: BLE001
-                    raise DispatchFailed(f"the local manager of node {node}", node, exc) from exc
-                reached.append(node)
+            start_run(registration, subs, register, place)
         except DispatchFailed as failed:
             self.counters["dispatch_failed"] += 1
             self.dispatch.cancel(run_id, reached, f"dispatch failed: {failed}")
@@ -613,12 +589,12 @@ class GlobalService:
             if self.core.config.queue is QueueMode.WAIT or info.attempt > 1 or \
                     info.history:
                 self.core.requeue(info.job_id, spec, start)
-                info.state = JobState.PENDING
+                info.state = JobPhase.PENDING
                 info.queued_at = start
                 info.reason = why + "; back in the queue"
             else:
                 self.core.cancel(info.job_id)
-                info.state = JobState.REJECTED
+                info.state = JobPhase.REJECTED
                 info.reason = why
             info.subtasks = []
             self._persist()
@@ -638,13 +614,13 @@ class GlobalService:
                 "exit_code": outcome.exit_code,
                 "reason": outcome.reason,
             }
-            if outcome.state is not SubtaskState.FINISHED:
+            if outcome.state is not SubtaskPhase.FINISHED:
                 why = f"subtask {outcome.index} {outcome.state.value} on {outcome.node}"
                 if outcome.reason:
                     why += f": {outcome.reason}"
                 stops.append(self._end_run(info, why, self._spec(info).on_failure, loss=False))
             elif self.core.subtask_finished(info.job_id, outcome.index):
-                info.state = JobState.COMPLETED
+                info.state = JobPhase.COMPLETED
                 info.finished_at = max(o["finish_time"] for o in info.outcomes.values())
             self._persist()
         self._send_stops(stops)
@@ -664,7 +640,7 @@ class GlobalService:
             running = self.core.requeue(info.job_id, self._remaining(info, spec), now)
             info.attempt += 1
             info.history.append(f"run {run_id}: {why}; requeued")
-            info.state = JobState.PENDING
+            info.state = JobPhase.PENDING
             info.queued_at = now
             info.reason = f"requeued after {why}"
             self.counters["requeued"] += 1
@@ -672,7 +648,7 @@ class GlobalService:
         else:
             running = self.core.cancel(info.job_id)
             info.history.append(f"run {run_id}: {why}")
-            info.state = JobState.FAILED
+            info.state = JobPhase.FAILED
             info.finished_at = now
             info.reason = why
             if policy is EndPolicy.REQUEUE:
@@ -690,7 +666,7 @@ class GlobalService:
         run_id = info.run_id or info.job_id
         for s in info.subtasks:
             o = info.outcomes.get(s["index"])
-            if o is not None and o["state"] == SubtaskState.FINISHED.value:
+            if o is not None and o["state"] == SubtaskPhase.FINISHED.value:
                 continue
             done = self.progress.get((run_id, s["index"]), 0.0)
             frac = min(frac, done / s["work"] if s["work"] > 0 else 0.0)
@@ -721,9 +697,9 @@ class GlobalService:
                 return None
             if info.state.final:
                 return info.to_dict()
-            was_running = info.state is JobState.RUNNING
+            was_running = info.state is JobPhase.RUNNING
             running = self.core.cancel(job_id)
-            info.state = JobState.CANCELLED
+            info.state = JobPhase.CANCELLED
             info.finished_at = self.clock.now()
             nodes = sorted({s.node for s in running})
             run_id = info.run_id or info.job_id
@@ -736,7 +712,7 @@ class GlobalService:
     def _with_reasons(self, info: JobInfo) -> dict[str, Any]:
         d = info.to_dict()
         now = self.clock.now()
-        if info.state is JobState.PENDING:
+        if info.state is JobPhase.PENDING:
             d["wait"] = now - (info.queued_at if info.queued_at is not None else info.submitted_at)
             try:
                 reasons = self.core.pending_reasons(info.job_id)
@@ -768,13 +744,13 @@ class GlobalService:
         with self._lock:
             now = self.clock.now()
             live = [i for i in self.jobs.values() if not i.state.final]
-            live.sort(key=lambda i: (i.state is not JobState.PENDING, -i.priority,
+            live.sort(key=lambda i: (i.state is not JobPhase.PENDING, -i.priority,
                                      i.queued_at if i.queued_at is not None else i.submitted_at,
                                      i.job_id))
             out = []
             for info in live:
                 d = self._with_reasons(info)
-                if info.state is JobState.RUNNING:
+                if info.state is JobPhase.RUNNING:
                     d["wait"] = (info.start_at or now) - (
                         info.queued_at if info.queued_at is not None else info.submitted_at)
                 out.append({k: d.get(k) for k in (

@@ -58,19 +58,19 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
 from clocks.virtual import VirtualClock
 from coallocator.messages import ProgressReport, ReweightCommand
+from global_manager.engine import apply_commands
 from local_manager.exit_recorder import describe as describe_exit
 from local_manager.process_executor import ExecutorState
 from local_manager.scheduler import CycleResult, LocalScheduler
 from runtime.config import ExecutorKind, RuntimeConfig
 from runtime.timebase import ModelClock, boundary_index
 from workloads.atomic import atomic_write_json
+from workloads.messages import SubtaskOutcome, SubtaskPhase
 from workloads.model import Node, Subtask, subtask_from_dict, subtask_to_dict
 
 #: Version of the local manager checkpoint's layout.
@@ -95,28 +95,6 @@ class CommandSource(Protocol):
     ``poll`` returns what has arrived without blocking."""
 
     def poll(self) -> list[ReweightCommand]: ...
-
-
-class SubtaskState(str, Enum):
-    PENDING = "pending"  # submitted, waiting for its start boundary
-    RUNNING = "running"
-    FINISHED = "finished"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-@dataclass(frozen=True, slots=True)
-class SubtaskOutcome:
-    """A subtask left the node: finished (``ok``), failed or cancelled. ``finish_time`` in
-    model s; ``exit_code`` for process subtasks; ``reason`` says why it failed."""
-
-    job_id: str
-    index: int
-    node: str
-    state: SubtaskState
-    finish_time: float
-    exit_code: int | None = None
-    reason: str = ""
 
 
 FinishFn = Callable[[SubtaskOutcome], None]
@@ -153,7 +131,7 @@ class _Record:
     def __init__(self, subtask: Subtask, kind: ExecutorKind, start: float) -> None:
         self.subtask = subtask
         self.kind = kind
-        self.state = SubtaskState.PENDING
+        self.state = SubtaskPhase.PENDING
         self.exit_code: int | None = None
         self.reason = ""
         self.start = start
@@ -239,7 +217,7 @@ class NodeRuntime:
         with self._lock:
             subtasks = []
             for key, rec in self._records.items():
-                if rec.state not in (SubtaskState.PENDING, SubtaskState.RUNNING):
+                if rec.state not in (SubtaskPhase.PENDING, SubtaskPhase.RUNNING):
                     continue
                 s = self.scheduler.get(key) or rec.subtask
                 d: dict[str, Any] = {
@@ -294,10 +272,10 @@ class NodeRuntime:
                 rec = _Record(s, kind, float(d["start"]))
                 self._records[s.key] = rec
                 n += 1
-                if d["state"] == SubtaskState.PENDING.value:
+                if d["state"] == SubtaskPhase.PENDING.value:
                     self._pending.setdefault(float(d["start"]), []).append(s)
                     continue
-                rec.state = SubtaskState.RUNNING
+                rec.state = SubtaskPhase.RUNNING
                 tv = float(d.get("virtual_time", d["start"]))
                 if kind is ExecutorKind.PROCESS:
                     self.scheduler.add(dataclasses.replace(s, work=math.inf), float(d["start"]))
@@ -447,18 +425,10 @@ class NodeRuntime:
     def _apply_commands(self) -> None:
         if self.commands is None:
             return
-        for cmd in self.commands.poll():
-            if cmd.node != self.node.name:
-                self.counters["commands_other_node"] += 1
-                continue
-            key = (cmd.job_id, cmd.subtask)
-            try:
-                applied = self.scheduler.set_weights(
-                    key, cmd.weight, cmd.virtual_weight, cmd.rate_cap
-                )
-            except ValueError:
-                applied = False
-            self.counters["commands_applied" if applied else "commands_unknown"] += 1
+        counts = apply_commands(self.scheduler, self.commands.poll())
+        self.counters["commands_other_node"] += counts.other_node
+        self.counters["commands_applied"] += counts.applied
+        self.counters["commands_unknown"] += counts.unknown
 
     def _end_process_cycles(self) -> dict[tuple[str, int], float]:
         """Close every process subtask's cycle; measured model Mcycles per subtask."""
@@ -485,10 +455,10 @@ class NodeRuntime:
         finished: list[SubtaskOutcome] = []
         for key in result.finished:
             # Synthetic subtasks finish when their work is done.
-            self.scheduler.remove(key)
+            self._remove(key)
             rec = self._records.get(key)
             if rec is not None:
-                rec.state, rec.finish = SubtaskState.FINISHED, b
+                rec.state, rec.finish = SubtaskPhase.FINISHED, b
                 finished.append(SubtaskOutcome(key[0], key[1], self.node.name, rec.state, b))
         reports = list(result.reports)
         if self._procs:
@@ -520,14 +490,14 @@ class NodeRuntime:
 
     def _process_exit(self, key: tuple[str, int], b: float) -> SubtaskOutcome:
         run = self._procs.pop(key)
-        self.scheduler.remove(key)
+        self._remove(key)
         rec = self._records[key]
         code = run.executor.exit_code if run.executor is not None else None
         rec.exit_code, rec.finish, rec.measured = code, b, run.measured
         if code == 0 and run.failure is None:
-            rec.state = SubtaskState.FINISHED
+            rec.state = SubtaskPhase.FINISHED
         else:
-            rec.state = SubtaskState.FAILED
+            rec.state = SubtaskPhase.FAILED
             if run.failure is not None:
                 rec.reason = run.failure
             elif code is None:  # no one could read it (the executor says why)
@@ -596,7 +566,7 @@ class NodeRuntime:
 
     def _start(self, s: Subtask, b: float) -> None:
         rec = self._records.get(s.key)
-        if rec is None or rec.state is not SubtaskState.PENDING:
+        if rec is None or rec.state is not SubtaskPhase.PENDING:
             return  # cancelled while pending
         rec.start = b
         if rec.kind is ExecutorKind.PROCESS:
@@ -621,11 +591,11 @@ class NodeRuntime:
             self._procs[s.key] = run
         else:
             self.scheduler.add(s, b)
-        rec.state = SubtaskState.RUNNING
+        rec.state = SubtaskPhase.RUNNING
 
     def _cancel(self, job_id: str, b: float) -> None:
         for key, rec in list(self._records.items()):
-            if key[0] != job_id or rec.state not in (SubtaskState.PENDING, SubtaskState.RUNNING):
+            if key[0] != job_id or rec.state not in (SubtaskPhase.PENDING, SubtaskPhase.RUNNING):
                 continue
             run = self._procs.pop(key, None)
             if run is not None:
@@ -633,8 +603,8 @@ class NodeRuntime:
             if run is not None and run.executor is not None:
                 run.executor.close()
                 rec.exit_code = run.executor.exit_code
-            self.scheduler.remove(key)
-            rec.state, rec.finish = SubtaskState.CANCELLED, b
+            self._remove(key)
+            rec.state, rec.finish = SubtaskPhase.CANCELLED, b
         for start, subs in list(self._pending.items()):
             self._pending[start] = [s for s in subs if s.job_id != job_id]
             if not self._pending[start]:
@@ -654,8 +624,8 @@ class NodeRuntime:
             except Exception:  # noqa: BLE001 - best effort while shutting down
                 pass
             rec = self._records.get(key)
-            if rec is not None and rec.state is SubtaskState.RUNNING:
-                rec.state = SubtaskState.CANCELLED
+            if rec is not None and rec.state is SubtaskPhase.RUNNING:
+                rec.state = SubtaskPhase.CANCELLED
         self._procs.clear()
         if self._process_factory is _default_process_factory:
             # Also the subtasks orphaned by a local manager that was killed on this node
@@ -670,12 +640,21 @@ class NodeRuntime:
     def _retire_ended(self) -> None:
         """Move subtasks that left the node to the bounded history (described once)."""
         for key, rec in list(self._records.items()):
-            if rec.state in (SubtaskState.PENDING, SubtaskState.RUNNING):
+            if rec.state in (SubtaskPhase.PENDING, SubtaskPhase.RUNNING):
                 continue
             del self._records[key]
             self._history[key] = self._describe(rec)
             while len(self._history) > HISTORY:
                 self._history.popitem(last=False)
+
+    def _remove(self, key: tuple[str, int]) -> None:
+        """Take a subtask off the scheduler, keeping its last work done on its record
+        (the scheduler owns the live copy while it runs)."""
+        live = self.scheduler.get(key)
+        rec = self._records.get(key)
+        if live is not None and rec is not None:
+            rec.subtask.done_work = live.done_work
+        self.scheduler.remove(key)
 
     def _describe(self, rec: _Record) -> dict[str, Any]:
         s = rec.subtask
@@ -710,7 +689,8 @@ class NodeRuntime:
         elif rec.measured is not None:
             d["done_work"] = rec.measured
         else:
-            d["done_work"] = s.work if rec.state is SubtaskState.FINISHED else s.done_work
+            live = sched_sub if sched_sub is not None else s
+            d["done_work"] = s.work if rec.state is SubtaskPhase.FINISHED else live.done_work
             d["virtual_time"] = (
                 self.scheduler.virtual_time(key) if sched_sub is not None else rec.virtual_time
             )

@@ -10,7 +10,15 @@ scheduling weight starts at its expected rate ``x_i``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from workloads.model import QosClass
+
+if TYPE_CHECKING:
+    from workloads.model import JobSpec, Subtask
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +60,52 @@ class ReweightCommand:
     weight: float
     virtual_weight: float
     rate_cap: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobRegistration:
+    """A placed grid QoS job (strict or loose) as the controller tracks it: its id (the
+    run id in the live runtime), class, start boundary ``arrival`` (model s), its
+    subtasks as (index, node, admitted weight = expected rate in Mcycles/s) and its
+    windows ``E_t`` and ``A_t`` (model s; None: no window)."""
+
+    job_id: str
+    qos: QosClass
+    arrival: float
+    subtasks: tuple[tuple[int, str, float], ...]
+    overall_deviation: float | None = None
+    asynchrony: float | None = None
+
+    @staticmethod
+    def of(job_id: str, spec: JobSpec, start: float, placed: Iterable[Subtask]
+           ) -> JobRegistration:
+        """The registration of ``spec``'s placed subtasks under ``job_id`` from ``start``."""
+        return JobRegistration(
+            job_id, spec.qos, start,
+            tuple((s.index, s.node, s.expected_rate) for s in placed),
+            spec.overall_deviation, spec.asynchrony,
+        )
+
+
+class SubtaskPhase(str, Enum):
+    """Where a subtask is on its node."""
+
+    PENDING = "pending"  # submitted, waiting for its start boundary
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskOutcome:
+    """A subtask left its node: finished, failed or cancelled. ``finish_time`` in model s;
+    ``exit_code`` for process subtasks; ``reason`` says why it failed."""
+
+    job_id: str
+    index: int
+    node: str
+    state: SubtaskPhase
+    finish_time: float
+    exit_code: int | None = None
+    reason: str = ""

@@ -32,6 +32,22 @@ class QosClass(str, Enum):
     LOCAL = "local"
 
 
+class JobPhase(str, Enum):
+    """Where a job is in its life, in the simulator's core and in the live runtime."""
+
+    PENDING = "pending"  # in the queue: waits for room
+    RUNNING = "running"  # placed; its subtasks run (or start at its start boundary)
+    COMPLETED = "completed"  # every subtask finished successfully
+    FAILED = "failed"  # a subtask failed or its node was lost (policy ``fail``; live only)
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"  # pending longer than its ``max_wait``
+    REJECTED = "rejected"
+
+    @property
+    def final(self) -> bool:
+        return self not in (JobPhase.PENDING, JobPhase.RUNNING)
+
+
 class EndPolicy(str, Enum):
     """What happens to a running job when one of its subtasks cannot go on: its node is
     lost (``on_node_loss``) or its process fails (``on_failure``). The whole gang is

@@ -1,13 +1,21 @@
-"""Options shared by ``coalloc up`` and ``coalloc run``, and small table helpers."""
+"""Options shared by ``coalloc up`` and ``coalloc run``.
+
+``fmt`` and ``table`` are re-exported from :mod:`coalloc.tables` (the one table renderer)
+for the commands that import them from here."""
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
 from typing import Any
 
-from coalloc.errors import UserError, escape_controls
+from coalloc.errors import UserError
+from coalloc.tables import cell as fmt
+from coalloc.tables import render as table
+
+__all__ = [
+    "CURVE_NOTE", "INSECURE_NOTE", "add_runtime_args", "config_from_args", "fmt", "table",
+]
 
 #: How ``up``, ``run`` and ``status`` describe the transport's security.
 CURVE_NOTE = "CURVE: only this runtime's local managers can connect"
@@ -78,6 +86,11 @@ def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None)
         "(anyone who reaches the controller's ports can send reports); status says so",
     )
     parser.add_argument(
+        "--placement", default="flow", metavar="NAME",
+        help="placement policy: flow (min-cost flow over the pending queue: gangs, fair "
+        "shares between users, labels, priority, waiting; default), least_loaded, random",
+    )
+    parser.add_argument(
         "--queue", choices=("wait", "reject"), default="wait",
         help="a strict job that does not fit at once: wait in the pending queue until it "
         "fits (default), or reject it (the paper's behaviour)",
@@ -123,26 +136,8 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             core_mhz=args.core_mhz,
             insecure=bool(getattr(args, "insecure", False)),
             queue=getattr(args, "queue", "wait"),
+            placement=getattr(args, "placement", "flow"),
             node_timeout=getattr(args, "node_timeout", 50),
         )
     except ValueError as exc:
         raise UserError(str(exc).replace("servers[", "--ntp-server[")) from None
-
-
-def fmt(value: Any, digits: int = 1) -> str:
-    """A table cell: floats with ``digits`` decimals, None as '-'."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "-"
-        return f"{value:.{digits}f}"
-    return escape_controls(str(value))
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain left-aligned text table."""
-    cells = [[str(h) for h in headers]] + [[fmt(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines)

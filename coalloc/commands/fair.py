@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from coalloc.errors import UserError
+from coalloc.tables import cell
+from coalloc.tables import render as render_table
 
 FILE_KEYS: tuple[str, ...] = ("policy", "resources", "capacity", "users")
 USER_KEYS: tuple[str, ...] = ("name", "demand", "weight", "max_tasks")
@@ -305,30 +307,22 @@ def solve(problem: Problem) -> dict[str, Any]:
     }
 
 
-def _num(value: float) -> str:
-    """Whole numbers without decimals, others with up to 4 decimals."""
-    if isinstance(value, int) or abs(value - round(value)) < 1e-9 * max(1.0, abs(value)):
-        return str(int(round(value)))
-    return f"{value:.4f}".rstrip("0").rstrip(".")
-
-
 def render(doc: dict[str, Any]) -> str:
     """The result as a text table: one row per user, then totals and utilisation."""
     res = doc["resources"]
+
+    def num(value: float) -> str:  # whole numbers without decimals, others up to 4
+        return cell(value, 4, compact=True)
+
     headers = ["user", "tasks", "dominant share", *res]
-    rows = [[u["name"], _num(u["tasks"]), f"{u['dominant_share']:.4f}",
-             *(_num(u["allocation"][r]) for r in res)] for u in doc["users"]]
-    rows.append(["total", "", "", *(_num(doc["usage"][r]) for r in res)])
-    rows.append(["capacity", "", "", *(_num(doc["capacity"][r]) for r in res)])
-    rows.append(["utilization", "", "", *(f"{100 * doc['utilization'][r]:.1f}%" for r in res)])
-    cells = [headers, *rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [f"policy: {doc['policy']}"]
-    for row in cells:
-        lines.append("  ".join(
-            c.ljust(w) if k == 0 else c.rjust(w) for k, (c, w) in enumerate(zip(row, widths))
-        ).rstrip())
-    return "\n".join(lines)
+    rows = [[u["name"], num(u["tasks"]), cell(u["dominant_share"], 4),
+             *(num(u["allocation"][r]) for r in res)] for u in doc["users"]]
+    rows.append(["total", "", "", *(num(doc["usage"][r]) for r in res)])
+    rows.append(["capacity", "", "", *(num(doc["capacity"][r]) for r in res)])
+    rows.append(["utilization", "", "",
+                 *(cell(100 * doc["utilization"][r], 1) + "%" for r in res)])
+    table = render_table(headers, rows, align="<" + ">" * (len(headers) - 1))
+    return f"policy: {doc['policy']}\n{table}"
 
 
 def run_fair(args: argparse.Namespace) -> int:

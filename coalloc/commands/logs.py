@@ -26,6 +26,7 @@ from typing import Any
 
 from coalloc.errors import UserError
 from coalloc.flags import seconds_flag
+from coalloc.tables import render as table
 
 # Fields each record type must carry, and whether they may be null.
 _PERIOD_FIELDS: tuple[tuple[str, bool], ...] = (
@@ -135,42 +136,40 @@ def summarize_file(path: Path) -> dict[str, Any]:
     }
 
 
-def _num(value: Any, width: int, digits: int = 1) -> str:
-    if value is None:
-        return f"{'-':>{width}}"
-    return f"{float(value):>{width}.{digits}f}"
-
-
 def format_jobs(jobs: Sequence[dict[str, Any]]) -> str:
-    lines = [f"{'job':<10} {'qos':<11} {'subtasks':>8} {'periods':>7} {'mean_phi_s':>10} "
-             f"{'max_phi_s':>10} {'viol_A_t':>8} {'skew_s':>9} {'turnaround_s':>12} "
-             f"{'completed':>9}"]
+    headers = ("job", "qos", "subtasks", "periods", "mean_phi_s", "max_phi_s", "viol_A_t",
+               "skew_s", "turnaround_s", "completed")
+    rows = []
     for j in jobs:
-        subtasks = "-" if j.get("subtasks") is None else str(j["subtasks"])
         periods = int(j.get("periods", 0) or 0)
         viol = (
             int(j["window_violations"]) / periods
             if periods and j.get("window_violations") is not None
             else None
         )
-        lines.append(
-            f"{j['job']:<10} {j.get('qos') or '-':<11} {subtasks:>8} {periods:>7} "
-            f"{_num(j.get('mean_phase_difference'), 10)} "
-            f"{_num(j.get('max_phase_difference'), 10)} {_num(viol, 8, 3)} "
-            f"{_num(j.get('completion_skew'), 9)} "
-            f"{_num(j.get('turnaround'), 12)} {'yes' if j.get('completed') else 'no':>9}"
-        )
-    return "\n".join(lines)
+        rows.append((
+            j["job"], j.get("qos") or "-", j.get("subtasks"), periods,
+            _float(j.get("mean_phase_difference")), _float(j.get("max_phase_difference")),
+            viol, _float(j.get("completion_skew")), _float(j.get("turnaround")),
+            "yes" if j.get("completed") else "no",
+        ))
+    return table(headers, rows, digits=(1, 1, 1, 1, 1, 1, 3, 1, 1, 1),
+                 align="<<>>>>>>>>")
 
 
-_RUN_HEAD = (f"{'jobs':>6} {'completed_strict':>16} {'mean_phi_s':>10} {'max_phi_s':>10} "
-             f"{'mean_skew_s':>11} {'mean_turnaround_s':>17}")
+_RUN_HEAD = ("jobs", "completed_strict", "mean_phi_s", "max_phi_s", "mean_skew_s",
+             "mean_turnaround_s")
 
 
-def _run_cells(s: dict[str, Any]) -> str:
-    return (f"{s['jobs']:>6} {s['completed']:>16} {_num(s['mean_phase_difference'], 10)} "
-            f"{_num(s['max_phase_difference'], 10)} {_num(s['mean_completion_skew'], 11)} "
-            f"{_num(s['mean_turnaround'], 17)}")
+def _run_cells(s: dict[str, Any]) -> tuple[Any, ...]:
+    return (s["jobs"], s["completed"], _float(s["mean_phase_difference"]),
+            _float(s["max_phase_difference"]), _float(s["mean_completion_skew"]),
+            _float(s["mean_turnaround"]))
+
+
+def _float(value: Any) -> float | None:
+    """Times print with one decimal even when the log holds a whole number."""
+    return None if value is None else float(value)
 
 
 def summarize_handler(args: argparse.Namespace) -> int:
@@ -191,13 +190,11 @@ def summarize_handler(args: argparse.Namespace) -> int:
         # The population of results.csv and the paper: completed strict jobs with >= 2
         # subtasks (phase_log.summarize).
         print("run summary (completed strict jobs with at least two subtasks):")
-        print(_RUN_HEAD)
-        print(_run_cells(results[0]["summary"]))
+        print(table(_RUN_HEAD, [_run_cells(results[0]["summary"])], align=">" * 6))
     else:
-        width = max(len(Path(r["file"]).name) for r in results)
-        print(f"{'log':<{width}} {_RUN_HEAD}")
-        for res in results:
-            print(f"{Path(res['file']).name:<{width}} {_run_cells(res['summary'])}")
+        print(table(("log", *_RUN_HEAD),
+                    [(Path(r["file"]).name, *_run_cells(r["summary"])) for r in results],
+                    align="<" + ">" * 6))
     return 0
 
 

@@ -15,14 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coalloc.commands._runtime_args import (
-    INSECURE_NOTE,
-    add_runtime_args,
-    config_from_args,
-    fmt,
-    table,
-)
-from coalloc.errors import UserError
+from coalloc.commands._runtime_args import INSECURE_NOTE, add_runtime_args, config_from_args
+from coalloc.errors import UserError, escape_controls
+from coalloc.tables import cell as fmt
+from coalloc.tables import render as table
 
 #: Emulated nodes (MHz) of ``coalloc run`` when ``--nodes`` is not given.
 DEFAULT_RUN_NODES = "2000,4000,6000"
@@ -110,9 +106,9 @@ def run_run(args: argparse.Namespace) -> int:
             if a["admitted"]:
                 print(f"{a['job_id']}  admitted  {a['name']}  nodes {','.join(a['nodes'])}")
             elif a.get("pending"):
-                print(f"{a['job_id']}  pending  {a['name']}  ({a['reason']})")
+                print(f"{a['job_id']}  pending  {a['name']}  ({escape_controls(a['reason'])})")
             else:
-                print(f"{a['job_id']}  rejected  {a['name']}  ({a['reason']})")
+                print(f"{a['job_id']}  rejected  {a['name']}  ({escape_controls(a['reason'])})")
         admitted = [a["job_id"] for a in answers if a["admitted"] or a.get("pending")]
         timed_out = _wait(client, admitted, args.timeout, not args.no_progress)
         status = client.status()

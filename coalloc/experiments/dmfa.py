@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coalloc.errors import UserError
+from coalloc.tables import cell
+from coalloc.tables import render as table
 
 if TYPE_CHECKING:
     import numpy as np
@@ -331,20 +332,29 @@ def handler(args: argparse.Namespace) -> int:
     (out / "summary.json").write_text(
         json.dumps({"config": config, "results": summary}, indent=2) + "\n", encoding="utf-8")
     plot(out / "dmfa.png", summary, users, args.runs)
-    print(f"{'users':>6} {'algorithm':<20} " + " ".join(f"{f:>20}" for f in FIGURES))
-    for n in users:
-        for algorithm in Algorithm:
-            figures = summary[str(n)][algorithm.value]
-            print(f"{n:>6} {algorithm.value:<20} " + " ".join(
-                f"{_fmt(figures[f]['mean'])} ±{_fmt(figures[f]['std'], 8)}" for f in FIGURES))
+    print(format_table(summary, users))
     print(f"wrote {out / 'results.csv'}, {out / 'summary.json'}, {out / 'dmfa.png'}")
     return 0
 
 
-def _fmt(value: float, width: int = 10) -> str:
-    if value != 0.0 and (abs(value) < 1e-3 or not math.isfinite(value)):
-        return f"{value:>{width}.2e}"
-    return f"{value:>{width}.4f}"
+def format_table(summary: dict[str, Any], users: Sequence[int]) -> str:
+    """Mean and standard deviation (``±``) of every figure, one row per user count and
+    algorithm (magnitudes below 1e-3 in scientific notation)."""
+    def num(value: float) -> str:
+        return cell(value, 4, sci_below=1e-3)
+
+    headers: list[str] = ["users", "algorithm"]
+    for f in FIGURES:
+        headers += [f, "±sd"]
+    rows = []
+    for n in users:
+        for algorithm in Algorithm:
+            figures = summary[str(n)][algorithm.value]
+            row: list[Any] = [n, algorithm.value]
+            for f in FIGURES:
+                row += [num(figures[f]["mean"]), "±" + num(figures[f]["std"])]
+            rows.append(row)
+    return table(headers, rows, align="><" + ">" * (2 * len(FIGURES)))
 
 
 def register(subparsers: Any) -> None:

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from coalloc.errors import UserError
 from coalloc.flags import int_flag, seconds_flag
+from coalloc.tables import render as table
 
 DEFAULT_NODES = (3, 6, 9, 12)
 DEFAULT_LAMBDAS = (10.0, 100.0, 200.0, 500.0)
@@ -510,31 +511,20 @@ def plot_tradeoff(path: Path, rows: Sequence[Row], lams: Sequence[float]) -> Non
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    """The results as a fixed-width text table (``-`` for empty values)."""
+    """The results as an aligned text table (``-`` for empty values)."""
     head = ("nodes", "lam", "policy", "subm", "adm", "done", "accept", "phase_n",
             "mean_phi_s", "max_phi_s", "viol_A", "viol_E", "turn_s", "p95_turn_s", "util",
             "qos_util", "idle_v", "wall_s")
-    lines = ["{:>5} {:>5} {:<20} {:>5} {:>5} {:>5} {:>6} {:>7} {:>10} {:>9} {:>6} {:>6} "
-             "{:>7} {:>10} {:>5} {:>8} {:>6} {:>7}".format(*head)]
-    for r in rows:
-        lines.append(
-            f"{r.nodes:>5} {_lam_text(r.lam):>5} {variant(r):<20} {r.submitted:>5} "
-            f"{r.admitted:>5} {r.completed:>5} {_num(r.acceptance_ratio, 6, 3)} "
-            f"{r.phase_jobs:>7} {_num(r.mean_phase_difference, 10, 1)} "
-            f"{_num(r.max_phase_difference, 9, 1)} "
-            f"{_num(r.window_violation_fraction, 6, 3)} "
-            f"{_num(r.overall_violation_fraction, 6, 3)} "
-            f"{_num(r.mean_turnaround, 7, 0)} {_num(r.p95_turnaround, 10, 0)} "
-            f"{_num(r.utilization, 5, 3)} {_num(r.qos_utilization, 8, 3)} "
-            f"{_num(r.idle_virtual_fraction, 6, 3)} {_num(r.wall_seconds, 7, 1)}"
-        )
-    return "\n".join(lines)
-
-
-def _num(value: float | None, width: int, digits: int) -> str:
-    if value is None:
-        return f"{'-':>{width}}"
-    return f"{value:>{width}.{digits}f}"
+    body = [
+        (r.nodes, _lam_text(r.lam), variant(r), r.submitted, r.admitted, r.completed,
+         r.acceptance_ratio, r.phase_jobs, r.mean_phase_difference, r.max_phase_difference,
+         r.window_violation_fraction, r.overall_violation_fraction, r.mean_turnaround,
+         r.p95_turnaround, r.utilization, r.qos_utilization, r.idle_virtual_fraction,
+         r.wall_seconds)
+        for r in rows
+    ]
+    return table(head, body, digits=(0, 0, 0, 0, 0, 0, 3, 0, 1, 1, 3, 3, 0, 0, 3, 3, 3, 1),
+                 align=">><" + ">" * 15)
 
 
 # -- command line --------------------------------------------------------------------------

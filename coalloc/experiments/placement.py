@@ -55,6 +55,7 @@ from coalloc.experiments.paper import (
     registry_list,
 )
 from coalloc.flags import int_flag, seconds_flag
+from coalloc.tables import render as table
 
 DEFAULT_NODES = (6,)
 DEFAULT_LAMBDAS = (10.0, 50.0, 200.0)
@@ -299,18 +300,13 @@ def plot(path: Path, rows: Sequence[Row], lams: Sequence[float], placements: Seq
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    def num(v: float | None, digits: int = 1) -> str:
-        return "-" if v is None else f"{v:.{digits}f}"
-
-    lines = [f"{'nodes':>5} {'lam':>6} {'placement':<13} {'done':>5} {'Φ s':>7} "
-             f"{'wait s':>8} {'p95 s':>8} {'jain':>5} {'ms/cyc':>7}"]
-    for r in rows:
-        lines.append(
-            f"{r.nodes:>5} {_lam_text(r.lam):>6} {r.placement:<13} {r.completed:>5} "
-            f"{num(r.mean_phase_difference):>7} {num(r.mean_wait):>8} {num(r.p95_wait):>8} "
-            f"{num(r.jain_dominant_share, 3):>5} {num(r.solver_ms_per_cycle, 2):>7}"
-        )
-    return "\n".join(lines)
+    body = [
+        (r.nodes, _lam_text(r.lam), r.placement, r.completed, r.mean_phase_difference,
+         r.mean_wait, r.p95_wait, r.jain_dominant_share, r.solver_ms_per_cycle)
+        for r in rows
+    ]
+    return table(("nodes", "lam", "placement", "done", "Φ s", "wait s", "p95 s", "jain",
+                  "ms/cyc"), body, digits=(0, 0, 0, 0, 1, 1, 1, 3, 2), align=">><>>>>>>")
 
 
 def _placement_list(text: str) -> list[str]:

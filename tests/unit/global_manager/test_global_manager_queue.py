@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from global_manager.core import GlobalConfig, GlobalManagerCore, JobState, QueueMode
+from global_manager.core import GlobalConfig, GlobalManagerCore, QueueMode
 from global_manager.flow_placement import ReasonKind
 from global_manager.policies import get_policy
-from workloads.model import JobSpec, Node, QosClass, SubtaskSpec
+from workloads.model import JobPhase, JobSpec, Node, QosClass, SubtaskSpec
 
 # Strict budgets (QoS share 0.5, strict admission): a 100, b 200, c 300 Mcycles/s.
 NODES = (Node("a", 200.0), Node("b", 400.0, labels=frozenset({"fast"})), Node("c", 600.0))
@@ -59,7 +59,7 @@ def test_a_job_that_does_not_fit_waits_and_runs_when_capacity_frees(placement: s
     assert cyc.placed[0].subtasks[0].node == "c"
     second = g.submit(strict(12.0), 10.0)  # needs c's 300 again
     assert g.place_pending(10.0).placed == ()
-    assert g.job_state(second.job_id) is JobState.PENDING
+    assert g.job_state(second.job_id) is JobPhase.PENDING
     (why,) = g.pending_reasons(second.job_id)
     assert why.kind is ReasonKind.BUDGET and why.subtask == 0
     assert why.short == pytest.approx(100.0)  # b has 200 free, 300 needed
@@ -68,8 +68,8 @@ def test_a_job_that_does_not_fit_waits_and_runs_when_capacity_frees(placement: s
     cyc = g.place_pending(40.0)
     assert [a.job_id for a in cyc.placed] == [second.job_id]
     assert cyc.placed[0].placed_at == 40.0 and cyc.placed[0].subtasks[0].start_time == 40.0
-    assert g.job_state(second.job_id) is JobState.RUNNING
-    assert g.job_state(first.job_id) is JobState.COMPLETED
+    assert g.job_state(second.job_id) is JobPhase.RUNNING
+    assert g.job_state(first.job_id) is JobPhase.COMPLETED
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -103,7 +103,7 @@ def test_label_constraints(placement: str) -> None:
     assert not bad.admitted and not bad.pending
     assert [r.kind for r in bad.reasons] == [ReasonKind.LABELS]
     assert "no node has the labels gpu" in bad.reason
-    assert g2.job_state(bad.job_id) is JobState.REJECTED
+    assert g2.job_state(bad.job_id) is JobPhase.REJECTED
     assert job.pending
 
 
@@ -132,7 +132,7 @@ def test_flow_priority_first() -> None:
     high = g.submit(strict(12.0, priority=5), 2.0)
     g.subtask_finished(block.job_id, 0)
     assert [a.job_id for a in g.place_pending(4.0).placed] == [high.job_id]
-    assert g.job_state(low.job_id) is JobState.PENDING
+    assert g.job_state(low.job_id) is JobPhase.PENDING
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -146,7 +146,7 @@ def test_max_wait_expiry(placement: str) -> None:
     cyc = g.place_pending(70.0)
     (exp,) = cyc.expired
     assert exp.job_id == job.job_id and exp.reason.startswith("expired: pending 60 s, max_wait 60")
-    assert g.job_state(job.job_id) is JobState.EXPIRED
+    assert g.job_state(job.job_id) is JobPhase.EXPIRED
     assert job.job_id not in g.pending and g.next_expiry() is None
     with pytest.raises(KeyError):
         g.pending_reasons(job.job_id)
@@ -158,7 +158,7 @@ def test_cancel_a_pending_job() -> None:
     g.place_pending(0.0)
     job = g.submit(strict(12.0), 1.0)
     assert g.cancel(job.job_id) == []
-    assert g.job_state(job.job_id) is JobState.CANCELLED
+    assert g.job_state(job.job_id) is JobPhase.CANCELLED
     assert g.place_pending(2.0).placed == ()
 
 
@@ -292,4 +292,4 @@ def test_held_nodes_are_reported_and_kept_from_other_jobs() -> None:
     assert any(r.kind is ReasonKind.RESERVED for r in g.pending_reasons(later.job_id))
     g.subtask_finished(small.job_id, 0)
     assert [a.job_id for a in g.place_pending(710.0).placed] == [big.job_id]
-    assert g.job_state(later.job_id) is JobState.PENDING
+    assert g.job_state(later.job_id) is JobPhase.PENDING

@@ -13,6 +13,7 @@ from coallocator.messages import ProgressReport, ReweightCommand
 from runtime.config import RuntimeConfig
 from runtime.controller_service import ControllerService, Incarnations
 from runtime.timebase import ModelClock, TimeBase
+from workloads.messages import JobRegistration
 from workloads.model import QosClass
 
 
@@ -51,8 +52,8 @@ def service() -> ControllerService:
     clock = ModelClock(ManualClock(0.0), TimeBase(0.0, 1.0))
     svc = ControllerService(RuntimeConfig(), clock, {"n1": 500.0, "n2": 500.0}, Source(),
                             Sink(), None)
-    svc.register_job("j", QosClass.STRICT, 0.0, [(0, "n1", 50.0), (1, "n2", 50.0)],
-                     100.0, 50.0)
+    svc.register_job(JobRegistration("j", QosClass.STRICT, 0.0, [(0, "n1", 50.0), (1, "n2", 50.0)],
+                     100.0, 50.0))
     svc.control(0.0)  # the job joins
     return svc
 

@@ -12,9 +12,10 @@ from runtime.config import RuntimeConfig
 from runtime.controller_service import ControllerService
 from runtime.timebase import ModelClock, TimeBase
 from tests.unit.runtime.test_runtime_controller_checks import Sink, Source, rep
+from workloads.messages import JobRegistration
 from workloads.model import QosClass
 
-JOB = ("j", QosClass.STRICT, 0.0, [(0, "n1", 50.0), (1, "n2", 50.0)], 100.0, 50.0)
+JOB = JobRegistration("j", QosClass.STRICT, 0.0, ((0, "n1", 50.0), (1, "n2", 50.0)), 100.0, 50.0)
 
 
 def build(path: Path, log: Path, now: float = 0.0) -> ControllerService:
@@ -29,7 +30,7 @@ def test_reports_applied_before_a_restart_are_not_applied_again(tmp_path: Path) 
     first = build(ckpt, log)
     first.register_node("n1", 7)
     first.register_node("n2", 8)
-    first.register_job(*JOB)
+    first.register_job(JOB)
     first.control(0.0)
     first.ingest([rep("n1", 0, 7, 1), rep("n1", 0, 7, 2), rep("n2", 1, 8, 1)])
     assert first.counters["reports_applied"] == 3
@@ -42,8 +43,8 @@ def test_reports_applied_before_a_restart_are_not_applied_again(tmp_path: Path) 
     data = ControllerService.read_checkpoint(ckpt)
     assert (data["report_port"], data["command_port"]) == (5001, 5002)
     assert again.incarnations.snapshot() == {"n1": 7, "n2": 8}
-    assert again.resume_job(*JOB, ended={})
-    assert not again.resume_job(*JOB, ended={})  # tracked once
+    assert again.resume_job(JOB, ended={})
+    assert not again.resume_job(JOB, ended={})  # tracked once
     # A replay of what was applied is dropped and counted; what is new is applied.
     again.ingest([rep("n1", 0, 7, 2), rep("n2", 1, 8, 1), rep("n1", 0, 7, 3, tv=9.0)])
     assert again.counters["reports_replayed"] == 2
@@ -59,7 +60,7 @@ def test_a_resumed_job_closes_with_subtasks_that_ended_while_down(tmp_path: Path
     svc = build(tmp_path / "ctl.json", log, now=100.0)
     svc.register_node("n1", 7)
     svc.register_node("n2", 8)
-    assert svc.resume_job(*JOB, ended={0: 90.0})
+    assert svc.resume_job(JOB, ended={0: 90.0})
     assert "j" in svc.tracked_jobs()
     svc.ingest([rep("n2", 1, 8, 4, tv=95.0, done=True)])
     assert "j" not in svc.core.jobs and "j" in svc.core.summaries

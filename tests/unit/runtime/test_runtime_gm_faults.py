@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from runtime.config import RuntimeConfig
-from runtime.global_service import GlobalService, JobState
-from runtime.node_runtime import SubtaskOutcome, SubtaskState
+from runtime.global_service import GlobalService
 from tests.unit.runtime.test_runtime_wiring import NODES, Loopback, strict
-from workloads.model import EndPolicy, JobSpec, QosClass, SubtaskSpec
+from workloads.messages import SubtaskOutcome, SubtaskPhase
+from workloads.model import EndPolicy, JobPhase, JobSpec, QosClass, SubtaskSpec
 
 CYCLE = 10.0
 
@@ -27,6 +27,7 @@ class Faulty:
         self.inner = inner
         self.refuse: set[str] = set()
         self.controller_down = False
+        self.refuse_next_placed = 0
         self.placed: list[tuple[str, str]] = []
         self.cancelled: list[tuple[str, tuple[str, ...], str]] = []
 
@@ -36,6 +37,11 @@ class Faulty:
         self.inner.register(*args)
 
     def place(self, node: str, subtasks: list[Any], start: float) -> None:
+        if self.refuse_next_placed:
+            # The second node a run is placed on: one node was reached before it.
+            self.refuse_next_placed -= 1
+            if not self.refuse_next_placed:
+                self.refuse.add(node)
         if node in self.refuse:
             raise ConnectionError(f"{node} gone")
         self.placed.append((node, subtasks[0].job_id))
@@ -143,7 +149,7 @@ def test_a_lost_node_requeues_a_synthetic_gang_whole_from_its_common_progress(
     g.silent.add(lost)
     g.run_until(lambda: g.state(job) != "running")
     info = g.gm.jobs[job]
-    assert info.state is JobState.PENDING or info.state is JobState.RUNNING
+    assert info.state is JobPhase.PENDING or info.state is JobPhase.RUNNING
     assert f"node {lost} lost" in info.history[0] and "requeued" in info.history[0]
     # Siblings stopped, every budget of the first run released; the lost node skipped.
     stop = [c for c in g.dispatch.cancelled if c[0] == job]
@@ -207,7 +213,7 @@ def test_a_failed_subtask_ends_its_whole_job_by_policy(
     (a,) = g.gm.submit([_three(on_failure=policy, max_attempts=2)])
     job = a["job_id"]
     g.step(3)
-    g.gm.subtask_ended(SubtaskOutcome(job, 1, a["nodes"][1], SubtaskState.FAILED, 30.0, 3,
+    g.gm.subtask_ended(SubtaskOutcome(job, 1, a["nodes"][1], SubtaskPhase.FAILED, 30.0, 3,
                                       "exit status 3"))
     stop = [c for c in g.dispatch.cancelled if c[0] == job]
     assert stop and {a["nodes"][0], a["nodes"][2]} <= set(stop[0][1])
@@ -216,20 +222,20 @@ def test_a_failed_subtask_ends_its_whole_job_by_policy(
                    if s["job_id"] == job)
     info = g.gm.jobs[job]
     if policy is EndPolicy.FAIL:
-        assert info.state is JobState.FAILED and "exit status 3" in info.reason
+        assert info.state is JobPhase.FAILED and "exit status 3" in info.reason
         return
-    assert info.state is JobState.PENDING and info.attempt == attempts
+    assert info.state is JobPhase.PENDING and info.attempt == attempts
     g.run_until(lambda: g.state(job) == "running")
     run = g.gm.jobs[job].run_id
     # The second failure exhausts max_attempts (2): the job fails, saying so.
     g.gm.subtask_ended(SubtaskOutcome(run, 0, g.gm.jobs[job].subtasks[0]["node"],
-                                      SubtaskState.FAILED, g.k * CYCLE, 1, "exit status 1"))
+                                      SubtaskPhase.FAILED, g.k * CYCLE, 1, "exit status 1"))
     info = g.gm.jobs[job]
-    assert info.state is JobState.FAILED and "max_attempts" in info.reason
+    assert info.state is JobPhase.FAILED and "max_attempts" in info.reason
     assert len(info.history) == 2
     # A late report of the first run changes nothing.
-    g.gm.subtask_ended(SubtaskOutcome(job, 2, a["nodes"][2], SubtaskState.FINISHED, 1.0))
-    assert g.gm.jobs[job].state is JobState.FAILED
+    g.gm.subtask_ended(SubtaskOutcome(job, 2, a["nodes"][2], SubtaskPhase.FINISHED, 1.0))
+    assert g.gm.jobs[job].state is JobPhase.FAILED
 
 
 @pytest.mark.parametrize("queue", ["wait", "reject"])
@@ -237,24 +243,27 @@ def test_a_dispatch_that_cannot_reach_a_node_leaves_nothing_placed(
     tmp_path: Path, queue: str
 ) -> None:
     g = Grid(tmp_path, queue=queue)
-    g.dispatch.refuse.add("n2")  # the node placement picks first for a light job
+    g.dispatch.refuse_next_placed = 2
     (a,) = g.gm.submit([_three()])
     job = a["job_id"]
-    assert "n2" in g.gm.core.down
+    (dead,) = g.dispatch.refuse
+    assert g.gm.core.down == {dead}
     stop = [c for c in g.dispatch.cancelled if c[0] == job]
     assert stop and stop[0][2].startswith("dispatch failed")
     reached = set(stop[0][1])
+    assert len(reached) == 1 and dead not in reached
     for name in reached:
-        assert not [s for s in g.loop.nodes[name].snapshot()["subtasks"] if s["job_id"] == job]
+        assert [s["state"] for s in g.loop.nodes[name].snapshot()["subtasks"]
+                if s["job_id"] == job] == ["cancelled"]
     if queue == "reject":
         assert not a["admitted"] and not a["pending"]
-        assert "the local manager of node n2 is unreachable" in a["reason"]
+        assert f"the local manager of node {dead} is unreachable" in a["reason"]
         assert all(v == 0.0 for v in g.gm.core.committed.values())
         return
     # Back in the queue: the next cycle places it on the nodes that answer.
     g.step(1)
     info = g.gm.jobs[job]
-    assert info.state is JobState.RUNNING and "n2" not in [s["node"] for s in info.subtasks]
+    assert info.state is JobPhase.RUNNING and dead not in [s["node"] for s in info.subtasks]
     assert info.run_id == f"{job}.2"
     g.run_until(lambda: g.state(job) == "completed")
 

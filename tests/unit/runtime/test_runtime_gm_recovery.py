@@ -11,16 +11,16 @@ from typing import Any
 
 from runtime.config import RuntimeConfig
 from runtime.global_service import GlobalService
-from runtime.node_runtime import SubtaskOutcome, SubtaskState
 from tests.unit.runtime.test_runtime_wiring import JOBS, NODES, Loopback, _periods
+from workloads.messages import SubtaskOutcome, SubtaskPhase
 
 
 class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
 
-    def register(self, job_id: str, *args: Any) -> None:
-        self.calls.append(("register", job_id))
+    def register(self, reg: Any) -> None:
+        self.calls.append(("register", reg.job_id))
 
     def place(self, node: str, subtasks: list[Any], start: float) -> None:
         self.calls.append(("place", (node, tuple(s.key for s in subtasks))))
@@ -44,7 +44,7 @@ def test_a_rebuilt_service_recovers_the_table_budgets_and_rng(tmp_path: Path) ->
     admitted = [a for a in answers if a["admitted"]]
     first = admitted[0]
     gm.subtask_ended(SubtaskOutcome(first["job_id"], 0, first["nodes"][0],
-                                    SubtaskState.FINISHED, 50.0, None, ""))
+                                    SubtaskPhase.FINISHED, 50.0, None, ""))
     gm.cancel(admitted[1]["job_id"])
 
     again = GlobalService(NODES, gm.config, gm.clock, Recorder(), journal)

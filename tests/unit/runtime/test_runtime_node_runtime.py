@@ -11,14 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import wait_until
 
 from clocks.base import ManualClock
 from coallocator.messages import ProgressReport, ReweightCommand
 from local_manager.process_executor import CycleUsage, ExecutorState, LimitMode
 from runtime.config import RuntimeConfig
 from runtime.controller_service import ControllerService
-from runtime.node_runtime import NodeRuntime, SubtaskOutcome, SubtaskState
+from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase
+from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase
 from workloads.model import Node, QosClass, Subtask
 
 SCALE = 100.0
@@ -128,7 +130,7 @@ def test_process_subtask_share_measured_work_and_virtual_clock() -> None:
     rt.tick(2 * Q)
     rt.tick(3 * Q)  # the third cycle ends with the command's exit
     assert sink.reports[-1].done
-    assert ended == [SubtaskOutcome("j1", 0, "n0", SubtaskState.FINISHED, 3 * Q, 0, "")]
+    assert ended == [SubtaskOutcome("j1", 0, "n0", SubtaskPhase.FINISHED, 3 * Q, 0, "")]
     assert ex.closed and len(rt.scheduler) == 0
     (desc,) = rt.snapshot()["subtasks"]
     assert desc["state"] == "finished" and desc["exit_code"] == 0
@@ -149,9 +151,9 @@ def test_failed_and_unstartable_commands() -> None:
     rt.tick(0.0)
     rt.tick(Q)
     states = {o.job_id: o for o in ended}
-    assert states["bad"].state is SubtaskState.FAILED and states["bad"].exit_code == 3
+    assert states["bad"].state is SubtaskPhase.FAILED and states["bad"].exit_code == 3
     assert "status 3" in states["bad"].reason
-    assert states["gone"].state is SubtaskState.FAILED
+    assert states["gone"].state is SubtaskPhase.FAILED
     assert "no such executable" in states["gone"].reason
     # The controller hears that both are done (they will never progress).
     assert {r.job_id for r in sink.reports if r.done} == {"bad", "gone"}
@@ -208,15 +210,27 @@ def test_node_and_controller_loops_follow_the_model_time_grid() -> None:
     scale = 1000.0
     cfg = RuntimeConfig(cycle=Q, time_scale=scale)
     clock = ModelClock(RealTime(), TimeBase(time.time(), scale))
-    sink = Sink()
+    arrived = threading.Condition()
+
+    class ThreadedSink(Sink):
+        def send(self, report: ProgressReport) -> bool:
+            with arrived:
+                self.reports.append(report)
+                arrived.notify_all()
+            return True
+
+    sink = ThreadedSink()
     rt = NodeRuntime(Node("n0", 300.0), cfg, clock, sink, Commands(), lambda o: None)
 
     class Source:
+        """Blocks like a socket: until a report arrives or ``timeout_s`` passes."""
+
         endpoint = "test://"
 
         def poll(self, timeout_s: float) -> list[ProgressReport]:
-            time.sleep(min(timeout_s, 0.005))
-            out, sink.reports[:] = list(sink.reports), []
+            with arrived:
+                arrived.wait_for(lambda: bool(sink.reports), timeout=timeout_s)
+                out, sink.reports[:] = list(sink.reports), []
             return out
 
         def counters(self) -> dict[str, Any]:
@@ -241,20 +255,26 @@ def test_node_and_controller_loops_follow_the_model_time_grid() -> None:
             pass
 
     ctl = ControllerService(cfg, clock, {"n0": 157.5}, Source(), Publisher(), None)
-    ctl.register_job("j", QosClass.STRICT, 0.0, [(0, "n0", 50.0)], 100.0, 50.0)
+    ctl.register_job(JobRegistration("j", QosClass.STRICT, 0.0, [(0, "n0", 50.0)], 100.0, 50.0))
     threads = [threading.Thread(target=rt.run), threading.Thread(target=ctl.run)]
     start = clock.now()
     rt.submit([Subtask("j", 0, "n0", QosClass.STRICT, 1e9, 2.0, 50.0, 50.0)], start + 20 * Q)
     for t in threads:
         t.start()
-    time.sleep(0.5)
-    rt.stop()
-    ctl.stop()
+    try:
+        # At least 20 cycles (10 ms real each) on both loops, and the subtask started.
+        wait_until(lambda: rt.counters["cycles"] >= 20 and ctl.counters["periods"] >= 20
+                   and ctl.counters["reports_applied"] >= 1
+                   and rt.snapshot()["subtasks"][0]["state"] == "running",
+                   timeout=30.0, message="20 cycles of both loops")
+    finally:
+        rt.stop()
+        ctl.stop()
     for t in threads:
         t.join(timeout=5.0)
     assert not any(t.is_alive() for t in threads)
     snap = rt.snapshot()
-    # Every boundary was stepped (late ones too): about 0.5 s / 10 ms cycles.
+    # Every boundary was stepped (late ones too): at least the 20 waited for.
     assert rt.counters["cycles"] >= 20
     assert snap["model_time"] % Q == pytest.approx(0.0, abs=1e-6)
     assert ctl.counters["periods"] >= 20

@@ -100,8 +100,8 @@ class Loopback:
         loop = self
 
         class Dispatch:
-            def register(self, *args: Any) -> None:
-                loop.ctl.register_job(*args)
+            def register(self, reg: Any) -> None:
+                loop.ctl.register_job(reg)
 
             def place(self, node: str, subtasks: list[Any], start: float) -> None:
                 loop.nodes[node].submit(subtasks, start)
@@ -170,12 +170,14 @@ def _periods(path: Path) -> list[tuple[Any, ...]]:
     ]
 
 
+@pytest.mark.parametrize("placement", ["least_loaded", "flow"])
 @pytest.mark.parametrize("queue", ["reject", "wait"])
 @pytest.mark.parametrize("policy", ["sq", "strict", "sq_work_conserving"])
 def test_live_wiring_makes_the_simulators_decisions(
-    tmp_path: Path, policy: str, queue: str
+    tmp_path: Path, policy: str, queue: str, placement: str
 ) -> None:
-    config = RuntimeConfig(policy=policy, start_margin_s=0.0, cycle=10.0, queue=queue)
+    config = RuntimeConfig(policy=policy, start_margin_s=0.0, cycle=10.0, queue=queue,
+                           placement=placement)
     live_log, sim_log = tmp_path / "live.jsonl", tmp_path / "sim.jsonl"
     loop = Loopback(NODES, config, live_log)
     answers = loop.gm.submit(JOBS)
@@ -183,7 +185,8 @@ def test_live_wiring_makes_the_simulators_decisions(
     loop.ctl.close()
 
     sim_cfg = SimConfig(cycle=10.0, fast_forward=False, queue=QueueMode(queue))
-    result = simulate(Workload(tuple(NODES), tuple(JOBS)), policy, 0, sim_cfg, sim_log)
+    result = simulate(Workload(tuple(NODES), tuple(JOBS)), config.get_policy(), 0, sim_cfg,
+                      sim_log)
 
     assert [a["admitted"] for a in answers] == [j.admitted for j in result.jobs]
     assert [tuple(a["nodes"]) for a in answers] == [j.nodes for j in result.jobs]

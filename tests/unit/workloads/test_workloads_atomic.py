@@ -9,10 +9,10 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from support import wait_until
 
 from workloads import atomic
 from workloads.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
@@ -78,14 +78,9 @@ def test_a_writer_killed_at_any_moment_never_leaves_a_torn_file(tmp_path: Path) 
     )
     proc = subprocess.Popen([sys.executable, "-c", writer, str(target)])
     try:
-        deadline = time.monotonic() + 30
         # Let it complete a few rewrites (the record numbers them).
-        while time.monotonic() < deadline:
-            if target.exists() and json.loads(target.read_text())["n"] >= 3:
-                break
-            time.sleep(0.01)
-        else:
-            pytest.fail("the writer never completed three rewrites")
+        wait_until(lambda: target.exists() and json.loads(target.read_text())["n"] >= 3,
+                   timeout=30.0, interval=0.01, message="three rewrites by the writer")
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()

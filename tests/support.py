@@ -1,0 +1,39 @@
+"""Helpers shared by the tests (``tests/`` is on ``sys.path``: ``from support import ...``).
+
+Tests do not sleep to synchronise: a fixed sleep assumes how long something takes, which
+is slow when the guess is generous and flaky when it is not (two shared cores). Wait for
+the condition itself instead: an event, or :func:`wait_until` polling a predicate with a
+deadline. ``tests/unit/test_no_sleeps.py`` keeps ``time.sleep`` and ``asyncio.sleep`` out
+of the unit tests; this module is outside ``tests/unit`` and is the one place that waits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(
+    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.005,
+    message: str = "",
+) -> T:
+    """Poll ``predicate`` until it returns something truthy and return that; raise
+    ``AssertionError`` (naming ``message``) if ``timeout`` seconds pass first. The
+    predicate is tried once more at the deadline, so a slow machine is not failed by the
+    granularity of the polling."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            value = predicate()
+            if value:
+                return value
+            raise AssertionError(f"timed out after {timeout} s waiting for "
+                                 f"{message or getattr(predicate, '__name__', 'a condition')}")
+        time.sleep(min(interval, remaining))
