@@ -13,7 +13,7 @@ STATUS_FILE -- argv...``; standard library only, so it needs neither this projec
   and the subtask's cgroup reach both;
 * it forwards termination signals (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2)
   sent to it alone to the command. A signal sent by a member of the group, by the owner
-  named in :data:`OWNER_ENV` (the manager that started it) or by the pid in
+  named in :data:`OWNER_ENV` (the manager that started it) or by the owner in
   ``STATUS_FILE.owner`` (a manager that re-attached; :func:`write_owner`) is not
   forwarded: those signal the whole group, and a second SIGTERM means "force" to some
   programs;
@@ -136,15 +136,30 @@ def read_status(path: Path) -> int | None:
     return status
 
 
-def write_owner(path: Path, pid: int) -> None:
-    """Tell the recorder of ``path`` that process ``pid`` now owns the subtask (its group
-    signals are not to be forwarded)."""
-    _atomic_write(Path(f"{path}{OWNER_SUFFIX}"), str(pid).encode())
+def write_owner(path: Path, marker: str) -> None:
+    """Tell the recorder of ``path`` (and the stale-subtask sweeps) that the process of
+    owner ``marker`` ("pid:create time", as in :data:`OWNER_ENV`) now owns the subtask:
+    its group signals are not to be forwarded, and while it lives the subtask is not
+    stale."""
+    _atomic_write(owner_path(path), marker.encode())
+
+
+def owner_path(path: Path) -> Path:
+    """The owner file of the status file ``path``."""
+    return Path(f"{path}{OWNER_SUFFIX}")
+
+
+def read_owner(path: Path) -> str | None:
+    """The owner marker written by :func:`write_owner` for ``path`` (None: none)."""
+    try:
+        return owner_path(path).read_text(encoding="utf-8").strip() or None
+    except (OSError, ValueError):
+        return None
 
 
 def remove_status(path: Path) -> None:
     """Remove the status file ``path`` and its owner file (missing ones are fine)."""
-    for p in (path, Path(f"{path}{OWNER_SUFFIX}")):
+    for p in (path, owner_path(path)):
         try:
             p.unlink()
         except FileNotFoundError:
@@ -170,10 +185,10 @@ def _owners(path: Path) -> set[int]:
     pid_s = os.environ.get(OWNER_ENV, "").partition(":")[0]
     if pid_s.isdigit():
         owners.add(int(pid_s))
-    try:
-        owners.add(int(Path(f"{path}{OWNER_SUFFIX}").read_text().strip()))
-    except (OSError, ValueError):
-        pass
+    marker = read_owner(path) or ""
+    pid_s = marker.partition(":")[0]
+    if pid_s.isdigit():
+        owners.add(int(pid_s))
     return owners
 
 

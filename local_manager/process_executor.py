@@ -142,6 +142,7 @@ from local_manager.proc_tree import (
     PsutilTable,
     TreeCpuMeter,
     acquire_child_subreaper,
+    owner_alive,
     owner_marker,
     release_child_subreaper,
     same_process,
@@ -222,7 +223,11 @@ def reap_stale_subtasks(
     manager never came back; a restarting manager reads its file within seconds).
     """
     keep = set(keep_tags) | {ex._tag for ex in list(_LIVE) if ex._tag}
-    stale = stale_subtasks(PSUTIL, keep)
+    try:
+        directory: Path | None = status_dir or exit_recorder.default_status_dir()
+    except OSError:
+        directory = None
+    stale = adopted_elsewhere_removed(stale_subtasks(PSUTIL, keep), directory)
     tags = set()
     for pid in stale:
         env = PSUTIL.environ(pid)
@@ -231,8 +236,33 @@ def reap_stale_subtasks(
     try:
         killed = _reap(stale, proc_root) if stale else []
     finally:
-        _remove_stale_status_files(status_dir, keep, tags)
+        _remove_stale_status_files(directory, keep, tags)
     return killed
+
+
+def adopted_elsewhere_removed(
+    stale: list[int], status_dir: Path | None, table: ProcessTable = PSUTIL
+) -> list[int]:
+    """``stale`` without the subtasks a live executor of another process re-attached:
+    their environment still names the dead owner that started them, but the owner file
+    next to their status file (written by :meth:`ProcessExecutor.attach`) names a live
+    one. Another local manager on the host (another deployment's, or one starting up)
+    must not kill them."""
+    if status_dir is None or not stale:
+        return stale
+    alive: dict[str, bool] = {}
+    out = []
+    for pid in stale:
+        env = table.environ(pid) or {}
+        tag = env.get(TAG_ENV)
+        if tag:
+            if tag not in alive:
+                marker = exit_recorder.read_owner(exit_recorder.status_path(status_dir, tag))
+                alive[tag] = marker is not None and owner_alive(marker, table)
+            if alive[tag]:
+                continue
+        out.append(pid)
+    return out
 
 
 #: Age (s) after which the status file of a subtask with no process left, that no
@@ -243,9 +273,10 @@ STALE_STATUS_S = 3600.0
 def _remove_stale_status_files(status_dir: Path | None, keep: set[str], killed: set[str]) -> None:
     """Remove the status files of the ``killed`` tags, and those of subtasks not in
     ``keep`` whose processes are all gone and that are older than STALE_STATUS_S."""
+    if status_dir is None:
+        return
     try:
-        directory = status_dir or exit_recorder.default_status_dir()
-        files = list(directory.glob(f"*{exit_recorder.STATUS_SUFFIX}"))
+        files = list(status_dir.glob(f"*{exit_recorder.STATUS_SUFFIX}"))
     except OSError:
         return
     if not files:
@@ -835,8 +866,8 @@ class ProcessExecutor:
                     self._lost_reason = "ended while its manager was down; exit status lost"
                 self._shutdown(ExecutorState.FINISHED, self.grace_s)
             elif self._status_file is not None:
-                try:  # its group signals are not to be forwarded by the recorder
-                    exit_recorder.write_owner(self._status_file, os.getpid())
+                try:  # not stale while we live; our group signals are not forwarded
+                    exit_recorder.write_owner(self._status_file, owner_marker())
                 except OSError:
                     pass
 

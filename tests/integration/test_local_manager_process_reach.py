@@ -30,6 +30,7 @@ from local_manager.process_executor import (
     ProcessExecutor,
     acquire_child_subreaper,
     detect_cgroup_containment,
+    owner_marker,
     reap_stale_subtasks,
     release_child_subreaper,
 )
@@ -420,6 +421,19 @@ def test_a_command_that_ends_while_no_one_owns_it_reports_its_exit_status_on_att
     ex.close()
 
 
+SWEEP = textwrap.dedent(
+    """
+    import json
+    from local_manager.exit_recorder import default_status_dir
+    from local_manager.process_executor import adopted_elsewhere_removed
+    from local_manager.proc_tree import stale_subtasks
+    stale = stale_subtasks()
+    print(json.dumps({"stale": stale,
+                      "reaped": adopted_elsewhere_removed(stale, default_status_dir())}))
+    """
+)
+
+
 def test_a_reattached_executor_reads_the_status_when_the_command_ends_later(
     tmp_path: Path,
 ) -> None:
@@ -443,8 +457,18 @@ def test_a_reattached_executor_reads_the_status_when_the_command_ends_later(
     try:
         assert ex.state is ExecutorState.RUNNING
         assert psutil.Process(record.pid).ppid() != os.getpid()
-        # The new owner is named for the recorder (its group signals are not forwarded).
-        assert Path(record.status_file + ".owner").read_text() == str(os.getpid())
+        # The new owner is named next to the status file: the recorder does not forward
+        # its group signals, and a sweep by another process (another local manager on
+        # this host) does not take the subtask for stale although its environment still
+        # names the dead owner. (The sweep is only computed there, nothing is killed.)
+        assert Path(record.status_file + ".owner").read_text() == owner_marker()
+        sweep = subprocess.run(
+            [sys.executable, "-c", SWEEP], capture_output=True, text=True, timeout=60
+        )
+        assert sweep.returncode == 0, sweep.stderr
+        seen = json.loads(sweep.stdout)
+        assert record.pid in seen["stale"]  # by its environment alone ...
+        assert record.pid not in seen["reaped"]  # ... but adopted by a live owner
         go.touch()
         usage = None
         deadline = time.monotonic() + 30

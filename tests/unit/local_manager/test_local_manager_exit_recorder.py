@@ -106,7 +106,7 @@ def test_a_signal_from_the_owner_is_not_forwarded(tmp_path: Path) -> None:
     # which is forwarded and ends the command with status 4. The recorder takes pending
     # signals lowest number first, so the owner's two (sent before) come before SIGTERM.
     status = tmp_path / "t5.exit"
-    write_owner(status, os.getpid())
+    write_owner(status, f"{os.getpid()}:0.000")
     code = (
         "import signal, sys, time\n"
         "signal.signal(signal.SIGTERM, lambda *_: sys.exit(4))\n"
@@ -176,7 +176,7 @@ def test_an_unreadable_status_file_is_no_status(tmp_path: Path, content: str) ->
 def test_remove_status_removes_the_owner_file_too(tmp_path: Path) -> None:
     status = tmp_path / "y.exit"
     write_status(status, 1, 0)
-    write_owner(status, 1)
+    write_owner(status, "1:0.000")
     remove_status(status)
     remove_status(status)  # idempotent
     assert list(tmp_path.iterdir()) == []

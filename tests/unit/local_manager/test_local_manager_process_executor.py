@@ -680,3 +680,22 @@ def test_stale_status_files_are_swept_but_kept_and_live_ones_stay(
     (tmp_path / "old.exit.owner").write_text("1")
     pe._remove_stale_status_files(tmp_path, keep={"kept"}, killed={"killed"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.exit", "kept.exit", "live.exit"]
+
+
+def test_a_subtask_reattached_by_a_live_owner_is_not_stale_to_others(tmp_path: Path) -> None:
+    import local_manager.process_executor as pe
+    from local_manager.exit_recorder import status_path, write_owner
+
+    table = FakeTable()
+    table.put(10, created=555.0)  # the live owner that re-attached "adopted"
+    for pid, tag in ((40, "adopted"), (41, "adopted"), (42, "orphan"), (43, "gone")):
+        table.put(pid)
+        table.envs[pid] = {OWNER_ENV: "9:100.000", TAG_ENV: tag}  # started by dead 9
+    table.put(44)
+    table.envs[44] = {OWNER_ENV: "9:100.000"}  # no tag: stale
+    write_owner(status_path(tmp_path, "adopted"), "10:555.000")
+    write_owner(status_path(tmp_path, "gone"), "11:100.000")  # that owner died too
+    stale = stale_subtasks(table)
+    assert stale == [40, 41, 42, 43, 44]
+    assert pe.adopted_elsewhere_removed(stale, tmp_path, table) == [42, 43, 44]
+    assert pe.adopted_elsewhere_removed(stale, None, table) == stale
