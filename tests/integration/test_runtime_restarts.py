@@ -235,7 +235,7 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
     assert after["done_work"] >= 0.5 * done_before > 0
 
     final = client.wait(job, timeout=120)
-    assert final["state"] == "completed", final
+    assert final["state"] == "completed", _why(final)
     assert all(s["state"] == "finished" for s in final["subtasks"])
     assert not _pid_alive(pid)
     st = status(capsys, deployment.address)
@@ -324,12 +324,18 @@ def test_a_reattached_command_that_fails_fails_its_job_with_its_exit_status(
     info = restarted(name, old)
     assert info["restored"] >= 1
     final = client.wait(job, timeout=120)
-    assert final["state"] == "failed", final
+    assert final["state"] == "failed", _why(final)
     assert [s.get("exit_code") for s in final["subtasks"]].count(3) == 1, final
     text = json.dumps(final)
     assert "exit status 3" in text and "re-attached" in text, final
     assert "exit status unknown" not in text
     assert not _pid_alive(pid)
+
+
+def _why(job: dict[str, Any]) -> str:
+    """A job's state and reasons, and its subtasks', for an assertion message."""
+    subs = [(s.get("state"), s.get("exit_code"), s.get("reason")) for s in job["subtasks"]]
+    return f"{job.get('state')}: {job.get('reason')!r}; subtasks {subs}"
 
 
 def _checkpointed_pid(pid: int) -> bool:
