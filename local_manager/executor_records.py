@@ -18,8 +18,9 @@ from typing import Any
 from local_manager.cgroups import CGROUP_PARENT_ENV
 from local_manager.pacer import positive
 
-#: Version of the :class:`ExecutorRecord` layout written by :meth:`ExecutorRecord.to_dict`.
-RECORD_VERSION = 1
+#: Version of the :class:`ExecutorRecord` layout written by :meth:`ExecutorRecord.to_dict`
+#: (2 added ``status_file``; a version 1 record is still read, without one).
+RECORD_VERSION = 2
 
 
 class LimitMode(str, Enum):
@@ -54,8 +55,8 @@ class CycleUsage:
     Mcycles (``cpu_s * speed_mhz``). ``wall_s`` is the cycle's length on the executor clock
     (s), ``run_s`` the part of it during which the subtask was allowed to run (s).
     ``granted_share`` is the share asked for (cores). ``exit_code`` is set once the leader
-    has exited (negative: killed by that signal; None for a re-attached leader that is not
-    this process's child, whose status no one here can read).
+    has exited (negative: killed by that signal; None when no one could read it: see
+    :attr:`ProcessExecutor.exit_reason`).
     """
 
     granted_share: float
@@ -79,7 +80,9 @@ class ExecutorRecord:
     containment). ``reported_cpu_s`` is the cumulative CPU (CPU-s) already reported in
     cycles (x-bar's baseline for the adopter), ``retired_cpu_s`` the part of the tree's CPU
     held by members already reaped, ``cgroup_offset_s`` the CPU members had used before
-    they were moved into the cgroup.
+    they were moved into the cgroup. ``status_file`` is where the leader (the exit recorder,
+    :mod:`local_manager.exit_recorder`) writes the command's exit status (None: a record
+    of version 1, or a leader started without one).
     """
 
     tag: str
@@ -94,6 +97,7 @@ class ExecutorRecord:
     reported_cpu_s: float
     retired_cpu_s: float
     cgroup_offset_s: float
+    status_file: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (with ``version``)."""
@@ -111,6 +115,7 @@ class ExecutorRecord:
             "reported_cpu_s": self.reported_cpu_s,
             "retired_cpu_s": self.retired_cpu_s,
             "cgroup_offset_s": self.cgroup_offset_s,
+            "status_file": self.status_file,
         }
 
     @classmethod
@@ -123,8 +128,9 @@ class ExecutorRecord:
 
         if not isinstance(data, Mapping):
             raise ValueError(f"{source}: must be a mapping, got {type(data).__name__}")
-        if data.get("version") != RECORD_VERSION:
-            raise bad("version", f"must be {RECORD_VERSION}, got {data.get('version')!r}")
+        version = data.get("version")
+        if isinstance(version, bool) or version not in (1, RECORD_VERSION):
+            raise bad("version", f"must be 1 or {RECORD_VERSION}, got {version!r}")
 
         def get(field: str) -> object:
             if field not in data:
@@ -163,6 +169,11 @@ class ExecutorRecord:
         cgroup = get("cgroup")
         if cgroup is not None and (not isinstance(cgroup, str) or not cgroup.startswith("/")):
             raise bad("cgroup", f"must be null or an absolute path, got {cgroup!r}")
+        status_file = data.get("status_file") if version != 1 else None
+        if status_file is not None and (
+            not isinstance(status_file, str) or not status_file.startswith("/")
+        ):
+            raise bad("status_file", f"must be null or an absolute path, got {status_file!r}")
         raw_members = get("members")
         if not isinstance(raw_members, (list, tuple)):
             raise bad("members", "must be a list of [pid, create_time] pairs")
@@ -190,6 +201,7 @@ class ExecutorRecord:
             reported_cpu_s=number("reported_cpu_s"),
             retired_cpu_s=number("retired_cpu_s"),
             cgroup_offset_s=number("cgroup_offset_s"),
+            status_file=status_file,
         )
 
 

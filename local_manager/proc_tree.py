@@ -288,6 +288,12 @@ def owner_marker(table: ProcessTable = PSUTIL) -> str:
     return f"{me}:{created if created is not None else 0.0:.3f}"
 
 
+def owner_alive(marker: str, table: ProcessTable = PSUTIL) -> bool:
+    """True if the owner ``marker`` ("pid:create time") names a process that still
+    exists (the same one: its create time matches)."""
+    return _owner_alive(marker, table)
+
+
 def _owner_alive(marker: str, table: ProcessTable) -> bool:
     pid_s, _, created_s = marker.partition(":")
     try:

@@ -59,6 +59,18 @@ Cleanup
     owner at start-up) kills those whose owner is gone, with their descendants and their
     cgroup, except those being re-attached.
 
+Exit status
+    The command is started through :mod:`local_manager.exit_recorder`: a small Python
+    supervisor that is the session and group leader (so :attr:`ProcessExecutor.pid` is the
+    recorder's pid, and a pid shown in status is the recorder's), runs the command as its
+    only child in the same group, forwards termination signals sent to it alone, and
+    writes the command's exit status atomically to a status file (``<tag>.exit`` in
+    ``status_dir``, default :func:`~local_manager.exit_recorder.default_status_dir`)
+    before it exits the same way. A live owner reads the status as before (``wait`` on
+    its child); a re-attached owner, which is not the leader's parent, reads the file.
+    The file is removed when the executor finishes or is closed, and by
+    :func:`reap_stale_subtasks` for the subtasks it kills or whose recorder is gone.
+
 Re-attaching
     :meth:`ProcessExecutor.checkpoint` returns an :class:`ExecutorRecord` (pid, pgid,
     create time, known members, cgroup, mode, and the CPU reading already reported);
@@ -66,7 +78,13 @@ Re-attaching
     process without killing it, holds it stopped until its next cycle, and measures on:
     the first cycle after attaching reports all CPU used since the reading in the record
     (x-bar of eq. 4 counts from the last checkpointed reading, so nothing is lost or
-    counted twice across the restart).
+    counted twice across the restart). The record names the status file (see "Exit
+    status"): a re-attached executor is not the leader's parent, so when the leader is
+    gone it reads the command's exit status from there; with no file there (the recorder
+    itself was SIGKILLed) :attr:`~ProcessExecutor.exit_code` is None and
+    :attr:`~ProcessExecutor.exit_reason` says that the status was lost. While it owns the
+    subtask, its pid is in the status file's ``.owner`` companion, so the recorder does
+    not forward the group signals it sends.
 """
 
 from __future__ import annotations
@@ -76,13 +94,16 @@ import math
 import os
 import secrets
 import signal
+import stat
 import subprocess
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from local_manager import exit_recorder
 from local_manager.cgroups import (
     CGROUP_MIN_QUOTA_US,
     CGROUP_NAME_PREFIX,
@@ -121,6 +142,7 @@ from local_manager.proc_tree import (
     PsutilTable,
     TreeCpuMeter,
     acquire_child_subreaper,
+    owner_alive,
     owner_marker,
     release_child_subreaper,
     same_process,
@@ -181,7 +203,9 @@ _KILL_SETTLE_S = 2.0
 
 
 def reap_stale_subtasks(
-    proc_root: Path = Path("/proc"), keep_tags: Iterable[str] = ()
+    proc_root: Path = Path("/proc"),
+    keep_tags: Iterable[str] = (),
+    status_dir: Path | None = None,
 ) -> list[int]:
     """SIGKILL every subtask process whose owner no longer exists, with its descendants
     and its cgroup; return the pids signalled, ascending.
@@ -193,11 +217,87 @@ def reap_stale_subtasks(
     reap. See :func:`stale_subtasks`. Descendants are included even when they dropped the
     owner marker from their environment (exec with a clean environment), and a stale
     process's ``coalloc-*`` cgroup is killed whole (``cgroup.kill``) and removed once empty.
+    Status files in ``status_dir`` (default: the default one) are removed for the subtasks
+    killed here, and for those not kept, with no process left and older than
+    :data:`STALE_STATUS_S` (a command that ended while its manager was down, whose
+    manager never came back; a restarting manager reads its file within seconds).
     """
     keep = set(keep_tags) | {ex._tag for ex in list(_LIVE) if ex._tag}
-    stale = stale_subtasks(PSUTIL, keep)
-    if not stale:
-        return []
+    try:
+        directory: Path | None = status_dir or exit_recorder.default_status_dir()
+    except OSError:
+        directory = None
+    stale = adopted_elsewhere_removed(stale_subtasks(PSUTIL, keep), directory)
+    tags = set()
+    for pid in stale:
+        env = PSUTIL.environ(pid)
+        if env and env.get(TAG_ENV):
+            tags.add(env[TAG_ENV])
+    try:
+        killed = _reap(stale, proc_root) if stale else []
+    finally:
+        _remove_stale_status_files(directory, keep, tags)
+    return killed
+
+
+def adopted_elsewhere_removed(
+    stale: list[int], status_dir: Path | None, table: ProcessTable = PSUTIL
+) -> list[int]:
+    """``stale`` without the subtasks a live executor of another process re-attached:
+    their environment still names the dead owner that started them, but the owner file
+    next to their status file (written by :meth:`ProcessExecutor.attach`) names a live
+    one. Another local manager on the host (another deployment's, or one starting up)
+    must not kill them."""
+    if status_dir is None or not stale:
+        return stale
+    alive: dict[str, bool] = {}
+    out = []
+    for pid in stale:
+        env = table.environ(pid) or {}
+        tag = env.get(TAG_ENV)
+        if tag:
+            if tag not in alive:
+                marker = exit_recorder.read_owner(exit_recorder.status_path(status_dir, tag))
+                alive[tag] = marker is not None and owner_alive(marker, table)
+            if alive[tag]:
+                continue
+        out.append(pid)
+    return out
+
+
+#: Age (s) after which the status file of a subtask with no process left, that no
+#: checkpoint names, is removed by :func:`reap_stale_subtasks`.
+STALE_STATUS_S = 3600.0
+
+
+def _remove_stale_status_files(status_dir: Path | None, keep: set[str], killed: set[str]) -> None:
+    """Remove the status files of the ``killed`` tags, and those of subtasks not in
+    ``keep`` whose processes are all gone and that are older than STALE_STATUS_S."""
+    if status_dir is None:
+        return
+    try:
+        files = list(status_dir.glob(f"*{exit_recorder.STATUS_SUFFIX}"))
+    except OSError:
+        return
+    if not files:
+        return
+    live_tags = {ex._tag for ex in list(_LIVE) if ex._tag}
+    for pid in PSUTIL.pids():
+        env = PSUTIL.environ(pid)
+        if env and TAG_ENV in env:
+            live_tags.add(env[TAG_ENV])
+    now = time.time()
+    for path in files:
+        tag = path.name[: -len(exit_recorder.STATUS_SUFFIX)]
+        try:
+            old = now - path.stat().st_mtime > STALE_STATUS_S
+            if tag in killed or (tag not in keep and tag not in live_tags and old):
+                exit_recorder.remove_status(path)
+        except OSError:
+            pass
+
+
+def _reap(stale: list[int], proc_root: Path) -> list[int]:
     targets = set(stale)
     for pid in stale:
         targets.update(PSUTIL.descendants(pid))
@@ -258,7 +358,11 @@ class ProcessExecutor:
     source (s) and the blocking wait used by :meth:`run_cycle` and the kill sequence.
     ``env`` replaces the environment (None: inherit this process's); either way
     :data:`OWNER_ENV` and :data:`TAG_ENV` are added so that :func:`reap_stale_subtasks`
-    can find the processes if this owner dies without cleaning up.
+    can find the processes if this owner dies without cleaning up. ``status_dir`` is where
+    the exit recorder writes the command's exit status (None:
+    :func:`~local_manager.exit_recorder.default_status_dir`); see "Exit status" above.
+    :attr:`exit_reason` says why :attr:`exit_code` is None once the subtask has ended
+    without a readable status.
 
     Use: :meth:`start` (or :meth:`attach` to adopt a running one), then per cycle either
     :meth:`run_cycle` (blocking) or :meth:`begin_cycle`, :meth:`step` until it returns None
@@ -288,8 +392,10 @@ class ProcessExecutor:
         sleep: Callable[[float], None] = time.sleep,
         proc_root: str | os.PathLike[str] = "/proc",
         reap_orphans: bool = True,
+        status_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.argv = validate_argv(argv)
+        self.status_dir = Path(status_dir).absolute() if status_dir is not None else None
         self.speed_mhz = positive("speed_mhz", speed_mhz)
         self.period_s = positive("period_s", period_s)
         self.rescan_s = positive("rescan_s", rescan_s)
@@ -356,6 +462,9 @@ class ProcessExecutor:
         self._group_alive = False
         self._stopped = False
         self._exit_code: int | None = None
+        self._status_file: Path | None = None
+        self._lost_reason = "exit status lost: its exit recorder ended without recording it"
+        self.exit_reason: str | None = None
         self._subreaper = False
         self._pacer = DutyCyclePacer(self.period_s, max_rate=self.ncores)
         self._total_s = 0.0
@@ -377,7 +486,9 @@ class ProcessExecutor:
 
     @property
     def pid(self) -> int | None:
-        """Pid of the leader, which is also the process group id; None before start."""
+        """Pid of the leader, which is also the process group id; None before start. The
+        leader is the exit recorder (:mod:`local_manager.exit_recorder`), whose only child
+        is the command."""
         return self._pid
 
     @property
@@ -397,8 +508,16 @@ class ProcessExecutor:
 
     @property
     def exit_code(self) -> int | None:
-        """The leader's exit status once it has exited (negative: killed by that signal)."""
+        """The command's exit status once it has exited (negative: killed by that signal):
+        the leader's, which ends as its command did, or, for a re-attached leader that is
+        not this process's child, the one it recorded in its status file. None when
+        neither is readable (:attr:`exit_reason` says why)."""
         return self._exit_code
+
+    @property
+    def status_file(self) -> Path | None:
+        """Where the exit recorder writes the command's exit status (None before start)."""
+        return self._status_file
 
     @property
     def cpu_s_total(self) -> float:
@@ -429,6 +548,18 @@ class ProcessExecutor:
             env = dict(self.env if self.env is not None else os.environ)
             env[OWNER_ENV] = owner_marker()
             env[TAG_ENV] = self._tag
+            try:
+                self._check_executable(env)
+                status_dir = self.status_dir or exit_recorder.default_status_dir()
+            except (ValueError, OSError):
+                self._release_subreaper()
+                raise
+            self._status_file = exit_recorder.status_path(status_dir, self._tag)
+            exit_recorder.remove_status(self._status_file)
+            launch = [
+                sys.executable, "-I", "-S", exit_recorder.SCRIPT, str(self._status_file),
+                "--", *self.argv,
+            ]
             out = err = None
             try:
                 out = open(self.stdout, "ab") if self.stdout is not None else None
@@ -439,7 +570,7 @@ class ProcessExecutor:
                     err_target = err if err is not None else subprocess.DEVNULL
                 try:
                     self._popen = subprocess.Popen(
-                        list(self.argv),
+                        launch,
                         cwd=self.cwd,
                         env=env,
                         stdin=subprocess.DEVNULL,
@@ -448,16 +579,10 @@ class ProcessExecutor:
                         start_new_session=True,
                         close_fds=True,
                     )
-                except FileNotFoundError:
-                    self._release_subreaper()
-                    where = "" if "/" in self.argv[0] else " on PATH"
-                    raise ValueError(
-                        f"argv[0]: {self.argv[0]!r}: no such executable{where}"
-                    ) from None
                 except OSError as exc:
                     self._release_subreaper()
                     raise ValueError(
-                        f"argv[0]: {self.argv[0]!r}: cannot execute ({exc.strerror})"
+                        f"exit recorder: {sys.executable!r}: cannot execute ({exc.strerror})"
                     ) from None
             finally:
                 for f in (out, err):
@@ -478,6 +603,31 @@ class ProcessExecutor:
             _LIVE.add(self)
             self._scan()
             self._update_total()
+
+    def _check_executable(self, env: Mapping[str, str]) -> None:
+        """ValueError naming ``argv[0]`` unless it names an executable file (as ``execvp``
+        would find it: relative to ``cwd`` when it has a slash, else on the ``PATH`` of
+        ``env``). The exit recorder execs it; a failure there would only be an exit
+        status (127), so it is checked here first."""
+        name = self.argv[0]
+        if "/" in name:
+            candidates = [Path(self.cwd or ".") / name]
+        else:
+            candidates = [Path(d or ".") / name for d in os.get_exec_path(dict(env))]
+        denied = None
+        for path in candidates:
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and os.access(path, os.X_OK):
+                return
+            denied = denied or path
+        if denied is not None:
+            why = "Is a directory" if denied.is_dir() else "Permission denied"
+            raise ValueError(f"argv[0]: {name!r}: cannot execute ({why})")
+        where = "" if "/" in name else " on PATH"
+        raise ValueError(f"argv[0]: {name!r}: no such executable{where}")
 
     def _new_meter(self, known: Mapping[int, float], retired_s: float) -> TreeCpuMeter:
         assert self._pid is not None
@@ -618,6 +768,7 @@ class ProcessExecutor:
                 reported_cpu_s=self._mark_s,
                 retired_cpu_s=self._meter.retired_s,
                 cgroup_offset_s=self._cgroup_offset_s,
+                status_file=str(self._status_file) if self._status_file is not None else None,
             )
 
     @classmethod
@@ -642,7 +793,9 @@ class ProcessExecutor:
         ``cpu.max`` is still writable); else the process tree from the leader and the
         recorded members, each checked by its create time (a recycled pid is not
         adopted). If the leader has exited meanwhile, the executor finishes at once (any
-        remaining members are killed) with an unknown exit code.
+        remaining members are killed) with the exit status the leader (the exit recorder)
+        wrote to the record's status file; with none (the recorder itself was killed),
+        :attr:`exit_code` is None and :attr:`exit_reason` says the status was lost.
         """
         ex = cls(
             record.argv,
@@ -667,6 +820,13 @@ class ProcessExecutor:
             self._tag = record.tag
             self._pid = record.pid
             self._leader_created = record.create_time
+            if record.status_file is not None:
+                self._status_file = Path(record.status_file)
+            else:
+                self._lost_reason = (
+                    "exit status unknown: re-attached to a command started without an "
+                    "exit recorder"
+                )
             leader = PSUTIL.sample(record.pid)
             alive = (
                 leader is not None
@@ -702,7 +862,14 @@ class ProcessExecutor:
                     self._cpu_max_failed(exc)
             self._update_total()
             if not alive:
+                if record.status_file is not None:
+                    self._lost_reason = "ended while its manager was down; exit status lost"
                 self._shutdown(ExecutorState.FINISHED, self.grace_s)
+            elif self._status_file is not None:
+                try:  # not stale while we live; our group signals are not forwarded
+                    exit_recorder.write_owner(self._status_file, owner_marker())
+                except OSError:
+                    pass
 
     # ------------------------------------------------------------------ cycles
 
@@ -826,10 +993,20 @@ class ProcessExecutor:
             self._shutdown(ExecutorState.CANCELLED, self.grace_s if grace_s is None else grace_s)
 
     def close(self, grace_s: float | None = None) -> None:
-        """Cancel if still running and release everything. Idempotent."""
+        """Cancel if still running and release everything (the status file included).
+        Idempotent."""
         with self._lock:
             self.cancel(grace_s)
+            if self._state is not ExecutorState.RUNNING:
+                self._remove_status_file()
             _LIVE.discard(self)
+
+    def _remove_status_file(self) -> None:
+        if self._status_file is not None:
+            try:
+                exit_recorder.remove_status(self._status_file)
+            except OSError:
+                pass
 
     def __enter__(self) -> ProcessExecutor:
         return self
@@ -1025,6 +1202,12 @@ class ProcessExecutor:
                 self._exit_code = None
         elif self._leader_is_child:
             self._exit_code = self._reap_leader()
+        if self._exit_code is None and self._status_file is not None:
+            # A leader that is not our child (re-attached): what it recorded.
+            self._exit_code = exit_recorder.read_status(self._status_file)
+        if self._exit_code is None:
+            self.exit_reason = self._lost_reason
+        self._remove_status_file()
         # Members orphaned by the leader's exit reach us as zombies: reap them too.
         deadline = self._clock() + _KILL_SETTLE_S
         self._scan()

@@ -43,8 +43,10 @@ plus the subtasks waiting for their start boundary and the recent history. A run
 built by a restarted local manager calls :meth:`restore`: synthetic subtasks continue
 from their checkpointed work and clocks (the cycles the manager was dead did no work and
 are not replayed), process subtasks are re-attached without a kill. Its incarnation is a
-new one. A re-attached command's exit status cannot be read (it is no longer this
-process's child): it ends ``finished`` with the reason saying so.
+new one. A re-attached command's exit status is read from the file its exit recorder
+wrote (:mod:`local_manager.exit_recorder`; the new manager is not its parent): non-zero
+or killed by a signal, it fails as without the restart; with no status recorded (the
+recorder itself was SIGKILLed) it fails, and the reason says the status was lost.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from typing import Any, Protocol
 
 from coallocator.messages import ProgressReport, ReweightCommand
 from global_manager.engine import apply_commands
+from local_manager.exit_recorder import describe as describe_exit
 from local_manager.process_executor import ExecutorState
 from local_manager.scheduler import CycleResult, LocalScheduler
 from runtime.config import ExecutorKind, RuntimeConfig
@@ -488,12 +491,17 @@ class NodeRuntime:
         rec.exit_code, rec.finish, rec.measured = code, b, run.measured
         if code == 0 and run.failure is None:
             rec.state = SubtaskPhase.FINISHED
-        elif code is None and run.reattached and run.failure is None:
-            rec.state = SubtaskPhase.FINISHED
-            rec.reason = "re-attached after a local manager restart; exit status unknown"
         else:
             rec.state = SubtaskPhase.FAILED
-            rec.reason = run.failure or f"command exited with status {code}"
+            if run.failure is not None:
+                rec.reason = run.failure
+            elif code is None:  # no one could read it (the executor says why)
+                why = getattr(run.executor, "exit_reason", None) or "exit status unknown"
+                rec.reason = f"command failed: {why}"
+            else:
+                rec.reason = f"command failed: {describe_exit(code)}"
+            if run.reattached and run.failure is None:
+                rec.reason += " (re-attached after a local manager restart)"
         if run.executor is not None:
             run.executor.close()
         return SubtaskOutcome(

@@ -30,6 +30,7 @@ from local_manager.process_executor import (
     ProcessExecutor,
     acquire_child_subreaper,
     detect_cgroup_containment,
+    owner_marker,
     reap_stale_subtasks,
     release_child_subreaper,
 )
@@ -345,10 +346,142 @@ def test_attaching_to_a_subtask_whose_leader_is_gone_finishes_and_kills_the_rest
     # The leader dies while no one owns the subtask.
     os.kill(record.pid, 9)
     os.waitpid(record.pid, 0)  # it was re-parented here (subreaper)
+    # The leader is the exit recorder: killed, it recorded nothing.
+    assert record.status_file is not None and not Path(record.status_file).exists()
     ex = ProcessExecutor.attach(record, speed_mhz=SPEED_MHZ, grace_s=0.5)
     assert ex.state is ExecutorState.FINISHED
-    assert ex.exit_code is None  # reaped by someone else: its status is unknown here
+    assert ex.exit_code is None  # reaped by someone else, and no status file
+    assert ex.exit_reason == "ended while its manager was down; exit status lost"
     assert wait_gone(rest) == []
+
+
+# The command: it publishes its pid, waits for the file argv[2], then ends as argv[3] says
+# ("exit N", or "signal S": killed by that signal).
+ENDER = textwrap.dedent(
+    """
+    import os, sys, time
+    pidfile, go, how = sys.argv[1], sys.argv[2], sys.argv[3]
+    with open(pidfile + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(pidfile + ".tmp", pidfile)
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    kind, n = how.split()
+    if kind == "signal":
+        os.kill(os.getpid(), int(n))
+    sys.exit(int(n))
+    """
+)
+
+
+def wait_for(check: object, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(("how", "code"), [("exit 3", 3), ("exit 0", 0), ("signal 15", -15)])
+def test_a_command_that_ends_while_no_one_owns_it_reports_its_exit_status_on_attach(
+    tmp_path: Path, subreaper: None, how: str, code: int
+) -> None:
+    # Executor A starts the command and dies by SIGKILL. While no one owns it, the command
+    # ends; its leader (the exit recorder) is reaped by someone else (here: this test, the
+    # subreaper it was re-parented to). Executor B re-attaches from the record: it is not
+    # the leader's parent, and reads the status the recorder wrote.
+    script = tmp_path / "ender.py"
+    script.write_text(ENDER)
+    pidfile, go = tmp_path / "command.pid", tmp_path / "go"
+    argv = [sys.executable, str(script), str(pidfile), str(go), how]
+    record_file = tmp_path / "subtask.json"
+    owner = subprocess.run(
+        [sys.executable, "-c", CRASHING_OWNER, json.dumps(argv), "process_tree",
+         str(pidfile), str(record_file)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert owner.returncode == -9, owner.stderr
+    record = ExecutorRecord.from_dict(json.loads(record_file.read_text()))
+    assert record.status_file is not None
+    status_file = Path(record.status_file)
+    command = int(pidfile.read_text())
+    assert psutil.Process(command).ppid() == record.pid  # the recorder's child
+    # A left the group stopped; let it run, and end.
+    os.killpg(record.pgid, 18)  # SIGCONT
+    go.touch()
+    wait_for(status_file.exists, "the status file")
+    _, raw = os.waitpid(record.pid, 0)  # the recorder, re-parented here: reaped by us
+    assert os.waitstatus_to_exitcode(raw) == code  # it ended as its command did
+    ex = ProcessExecutor.attach(record, speed_mhz=SPEED_MHZ, grace_s=0.5)
+    assert ex.state is ExecutorState.FINISHED
+    assert ex.exit_code == code
+    assert ex.exit_reason is None
+    usage = ex.run_cycle(1.0, 0.05)
+    assert usage.state is ExecutorState.FINISHED and usage.exit_code == code
+    assert not status_file.exists()  # retired with the subtask
+    ex.close()
+
+
+SWEEP = textwrap.dedent(
+    """
+    import json
+    from local_manager.exit_recorder import default_status_dir
+    from local_manager.process_executor import adopted_elsewhere_removed
+    from local_manager.proc_tree import stale_subtasks
+    stale = stale_subtasks()
+    print(json.dumps({"stale": stale,
+                      "reaped": adopted_elsewhere_removed(stale, default_status_dir())}))
+    """
+)
+
+
+def test_a_reattached_executor_reads_the_status_when_the_command_ends_later(
+    tmp_path: Path,
+) -> None:
+    # Re-attached while the command runs; it fails with status 5 under the new owner,
+    # which is not the leader's parent: this test is no subreaper here, so the orphaned
+    # recorder went to an ancestor subreaper or init, which reaps it when it exits.
+    script = tmp_path / "ender.py"
+    script.write_text(ENDER)
+    pidfile, go = tmp_path / "command.pid", tmp_path / "go"
+    argv = [sys.executable, str(script), str(pidfile), str(go), "exit 5"]
+    record_file = tmp_path / "subtask.json"
+    owner = subprocess.run(
+        [sys.executable, "-c", CRASHING_OWNER, json.dumps(argv), "process_tree",
+         str(pidfile), str(record_file)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert owner.returncode == -9, owner.stderr
+    record = ExecutorRecord.from_dict(json.loads(record_file.read_text()))
+    assert record.status_file is not None
+    ex = ProcessExecutor.attach(record, speed_mhz=SPEED_MHZ, grace_s=0.5)
+    try:
+        assert ex.state is ExecutorState.RUNNING
+        assert psutil.Process(record.pid).ppid() != os.getpid()
+        # The new owner is named next to the status file: the recorder does not forward
+        # its group signals, and a sweep by another process (another local manager on
+        # this host) does not take the subtask for stale although its environment still
+        # names the dead owner. (The sweep is only computed there, nothing is killed.)
+        assert Path(record.status_file + ".owner").read_text() == owner_marker()
+        sweep = subprocess.run(
+            [sys.executable, "-c", SWEEP], capture_output=True, text=True, timeout=60
+        )
+        assert sweep.returncode == 0, sweep.stderr
+        seen = json.loads(sweep.stdout)
+        assert record.pid in seen["stale"]  # by its environment alone ...
+        assert record.pid not in seen["reaped"]  # ... but adopted by a live owner
+        go.touch()
+        usage = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            usage = ex.run_cycle(1.0, 0.1)
+            if usage.state is not ExecutorState.RUNNING:
+                break
+        assert usage is not None and usage.state is ExecutorState.FINISHED
+        assert usage.exit_code == 5 and ex.exit_code == 5
+        assert not Path(record.status_file).exists()
+        assert not Path(record.status_file + ".owner").exists()
+    finally:
+        ex.close()
 
 
 COUNTER = textwrap.dedent(

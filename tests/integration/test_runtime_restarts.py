@@ -235,7 +235,7 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
     assert after["done_work"] >= 0.5 * done_before > 0
 
     final = client.wait(job, timeout=120)
-    assert final["state"] == "completed", final
+    assert final["state"] == "completed", _why(final)
     assert all(s["state"] == "finished" for s in final["subtasks"])
     assert not _pid_alive(pid)
     st = status(capsys, deployment.address)
@@ -285,3 +285,69 @@ def test_a_stalled_local_manager_resynchronises_instead_of_replaying(
     after = progress()[node]
     assert after - before < 0.5 * (20 * 0.02), (before, after)
     assert client.wait(job, timeout=120)["state"] == "completed"
+
+
+def test_a_reattached_command_that_fails_fails_its_job_with_its_exit_status(
+    deployment: Any, capsys: Any, tmp_path: Path
+) -> None:
+    """kill -9 of the manager of a running command that then exits with status 3: the
+    restarted manager re-attaches it (it is not the command's parent), reads the status
+    its exit recorder wrote, and the subtask fails with it; policy on_failure ends the
+    job ``failed`` (before, it ended ``finished``, "exit status unknown")."""
+    import coalloc
+    from runtime.config import local_manager_name
+
+    go = tmp_path / "go"
+    wait_then_fail = [
+        "python3", "-c",
+        f"import os, sys, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+        "sys.exit(3)",
+    ]
+    client = coalloc.connect(deployment.address)
+    job = client.submit(
+        {"name": "lm-fail", "qos": "strict", "overall_deviation": 100, "asynchrony": 50,
+         "subtasks": [{"work": 5, "command": wait_then_fail}, {"work": 1000}]}
+    )
+
+    def running_process() -> Any:
+        subs = status(capsys, deployment.address, job)["jobs"][0]["subtasks"]
+        proc = subs[0]
+        return proc if proc.get("pid") and proc.get("state") == "running" else None
+
+    proc = wait_for(running_process)
+    pid, node = int(proc["pid"]), proc["node"]
+    name = local_manager_name(node)
+    # It is checkpointed at every boundary; wait for the record to name it.
+    wait_for(lambda: _checkpointed_pid(pid))
+    old = kill9(name)
+    go.touch()  # it ends now: while its manager is down, or just after the restart
+    info = restarted(name, old)
+    assert info["restored"] >= 1
+    final = client.wait(job, timeout=120)
+    assert final["state"] == "failed", _why(final)
+    assert [s.get("exit_code") for s in final["subtasks"]].count(3) == 1, final
+    text = json.dumps(final)
+    assert "exit status 3" in text and "re-attached" in text, final
+    assert "exit status unknown" not in text
+    assert not _pid_alive(pid)
+
+
+def _why(job: dict[str, Any]) -> str:
+    """A job's state and reasons, and its subtasks', for an assertion message."""
+    subs = [(s.get("state"), s.get("exit_code"), s.get("reason")) for s in job["subtasks"]]
+    return f"{job.get('state')}: {job.get('reason')!r}; subtasks {subs}"
+
+
+def _checkpointed_pid(pid: int) -> bool:
+    """Some local-manager checkpoint of this machine names ``pid`` as an executor's."""
+    from runtime.config import coalloc_home
+
+    for path in (coalloc_home() / "runtime").glob("lm-*.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for d in data.get("subtasks", []):
+            if (d.get("executor") or {}).get("pid") == pid:
+                return True
+    return False

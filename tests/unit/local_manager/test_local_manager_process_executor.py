@@ -368,10 +368,22 @@ def test_record_round_trips_through_json() -> None:
     assert rec.mode is LimitMode.DUTY_CYCLE and rec.containment is Containment.PROCESS_TREE
 
 
+def test_record_names_the_status_file_and_reads_version_1_records() -> None:
+    rec = ExecutorRecord.from_dict(a_record(status_file="/run/x/0123abcd.exit"))
+    assert rec.status_file == "/run/x/0123abcd.exit"
+    assert rec.to_dict()["version"] == 2
+    # A record written before the exit recorder (version 1) has no status file: the
+    # field is ignored even if present.
+    old = a_record(version=1, status_file="/run/x/0123abcd.exit")
+    assert ExecutorRecord.from_dict(old).status_file is None
+
+
 @pytest.mark.parametrize(
     ("over", "needle"),
     [
-        ({"version": 2}, "version: must be 1"),
+        ({"version": 3}, "version: must be 1 or 2"),
+        ({"version": True}, "version: must be 1 or 2"),
+        ({"status_file": "relative"}, "status_file: must be null or an absolute path"),
         ({"pid": 0}, "pid: must be an integer > 0"),
         ({"pid": True}, "pid: must be an integer > 0"),
         ({"tag": "a/b"}, "tag: must be a non-empty alphanumeric"),
@@ -647,3 +659,43 @@ def test_pacer_tick_without_begin_is_an_error() -> None:
         DutyCyclePacer().tick(0.0, 0.0)
     with pytest.raises(ValueError, match="period_s"):
         DutyCyclePacer(period_s=0.0)
+
+
+def test_stale_status_files_are_swept_but_kept_and_live_ones_stay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import local_manager.process_executor as pe
+
+    table = FakeTable()
+    table.put(30)
+    table.envs[30] = {TAG_ENV: "live"}  # its recorder still runs
+    monkeypatch.setattr(pe, "PSUTIL", table)
+    hours_ago = pe.time.time() - 2 * pe.STALE_STATUS_S
+    files = {}
+    for tag in ("live", "kept", "killed", "fresh", "old"):
+        files[tag] = tmp_path / f"{tag}.exit"
+        files[tag].write_text("{}")
+        if tag != "fresh":
+            os.utime(files[tag], (hours_ago, hours_ago))
+    (tmp_path / "old.exit.owner").write_text("1")
+    pe._remove_stale_status_files(tmp_path, keep={"kept"}, killed={"killed"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.exit", "kept.exit", "live.exit"]
+
+
+def test_a_subtask_reattached_by_a_live_owner_is_not_stale_to_others(tmp_path: Path) -> None:
+    import local_manager.process_executor as pe
+    from local_manager.exit_recorder import status_path, write_owner
+
+    table = FakeTable()
+    table.put(10, created=555.0)  # the live owner that re-attached "adopted"
+    for pid, tag in ((40, "adopted"), (41, "adopted"), (42, "orphan"), (43, "gone")):
+        table.put(pid)
+        table.envs[pid] = {OWNER_ENV: "9:100.000", TAG_ENV: tag}  # started by dead 9
+    table.put(44)
+    table.envs[44] = {OWNER_ENV: "9:100.000"}  # no tag: stale
+    write_owner(status_path(tmp_path, "adopted"), "10:555.000")
+    write_owner(status_path(tmp_path, "gone"), "11:100.000")  # that owner died too
+    stale = stale_subtasks(table)
+    assert stale == [40, 41, 42, 43, 44]
+    assert pe.adopted_elsewhere_removed(stale, tmp_path, table) == [42, 43, 44]
+    assert pe.adopted_elsewhere_removed(stale, None, table) == stale

@@ -88,8 +88,8 @@ def test_a_process_subtask_is_reattached_not_restarted(tmp_path: Path) -> None:
 
     def attach(record: dict[str, Any]) -> FakeExecutor:
         adopted.append(record)
-        # a leader that is not our child: its exit status reads as unknown
-        ex = FakeExecutor(("prog",), cycles=1, pid=record["pid"], exit_code_at_end=None)  # type: ignore[arg-type]
+        # a leader that is not our child: the exit status comes from its status file
+        ex = FakeExecutor(("prog",), cycles=1, pid=record["pid"], exit_code_at_end=0)
         ex.start()
         return ex
 
@@ -100,8 +100,49 @@ def test_a_process_subtask_is_reattached_not_restarted(tmp_path: Path) -> None:
     assert snap["state"] == "running" and snap["done_work"] == pytest.approx(d["measured"])
     run_until_done(again, ended, 2)
     (out,) = ended
-    # Its exit status is not readable by the new manager: finished, and it says so.
-    assert out.state.value == "finished" and "re-attached" in out.reason
+    assert out.state.value == "finished" and out.exit_code == 0
+
+
+class Lost(FakeExecutor):
+    exit_reason = "ended while its manager was down; exit status lost"
+
+
+@pytest.mark.parametrize(
+    ("code", "state", "needle"),
+    [
+        (0, "finished", None),
+        (3, "failed", "command failed: exit status 3 (re-attached after a local manager"),
+        (-15, "failed", "command failed: killed by signal 15 (SIGTERM) (re-attached"),
+        (None, "failed", "command failed: ended while its manager was down; exit status lost"),
+    ],
+)
+def test_a_reattached_command_ends_as_its_exit_status_says(
+    tmp_path: Path, code: int | None, state: str, needle: str | None
+) -> None:
+    # The re-attached executor reports what the exit recorder wrote (or that nothing was
+    # written): a failed command fails its subtask, never "finished" by default.
+    node = Node("n0", 400.0)
+    rt, _, _, _ = make(node, lambda argv, speed, out: Recordable(argv, cycles=4))
+    rt.checkpoint = tmp_path / "lm.json"
+    rt.submit([subtask("j3", command=("prog",))], start=0.0)
+    rt.tick(0.0)
+    rt.tick(Q)
+    data = json.loads(rt.checkpoint.read_text())
+
+    def attach(record: dict[str, Any]) -> FakeExecutor:
+        ex = Lost(("prog",), cycles=1, pid=record["pid"], exit_code_at_end=code)  # type: ignore[arg-type]
+        ex.start()
+        return ex
+
+    again, _, _, ended = make(node, lambda *a: pytest.fail("must not start it again"))
+    assert again.restore(data, attach) == 1
+    run_until_done(again, ended, 2)
+    (out,) = ended
+    assert out.state.value == state and out.exit_code == code
+    if needle is None:
+        assert out.reason in (None, "")
+    else:
+        assert out.reason is not None and out.reason.startswith(needle)
 
 
 def test_a_checkpoint_of_another_node_is_refused(tmp_path: Path) -> None:
