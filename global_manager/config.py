@@ -77,11 +77,7 @@ class SimConfig:
     queue: QueueMode = QueueMode.REJECT
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "queue", QueueMode(self.queue))
-        except ValueError:
-            known = ", ".join(m.value for m in QueueMode)
-            raise ValueError(f"queue: must be one of {known}, got {self.queue!r}") from None
+        object.__setattr__(self, "queue", QueueMode.parse(self.queue))
         checked = check_fields(self, _fields_model(), _WORDING)
         object.__setattr__(self, "queue_weights", checked["queue_weights"])
         if sum(self.queue_weights) <= 0:

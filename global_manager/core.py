@@ -64,6 +64,15 @@ class QueueMode(str, Enum):
     REJECT = "reject"
     WAIT = "wait"
 
+    @staticmethod
+    def parse(value: object) -> QueueMode:
+        """``value`` (a mode or its name) as a mode; ValueError naming ``queue`` if not."""
+        try:
+            return QueueMode(value)
+        except ValueError:
+            known = ", ".join(m.value for m in QueueMode)
+            raise ValueError(f"queue: must be one of {known}, got {value!r}") from None
+
 
 #: Seconds a job waits before flow placement may hold nodes for it.
 RESERVE_AFTER = 600.0
@@ -80,11 +89,7 @@ class GlobalConfig:
     queue: QueueMode = QueueMode.REJECT
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "queue", QueueMode(self.queue))
-        except ValueError:
-            known = ", ".join(m.value for m in QueueMode)
-            raise ValueError(f"queue: must be one of {known}, got {self.queue!r}") from None
+        object.__setattr__(self, "queue", QueueMode.parse(self.queue))
         if not math.isfinite(self.rate_per_weight) or self.rate_per_weight <= 0:
             raise ValueError("rate_per_weight: must be a finite number > 0 (Mcycles/s per weight)")
         if not 0 < self.qos_share <= 1:

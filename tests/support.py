@@ -10,7 +10,9 @@ of the unit tests; this module is outside ``tests/unit`` and is the one place th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -37,3 +39,20 @@ def wait_until(
             raise AssertionError(f"timed out after {timeout} s waiting for "
                                  f"{message or getattr(predicate, '__name__', 'a condition')}")
         time.sleep(min(interval, remaining))
+
+
+@contextmanager
+def deployed(address: str, log: Path, *up_args: str) -> Iterator[None]:
+    """``coalloc up`` on the Ray cluster at ``address`` with its phase log at ``log`` and
+    ``up_args``, for the body; ``coalloc down`` after it (if the runtime is still up)."""
+    from coalloc import cli
+    from runtime.config import GLOBAL_NAME
+    from runtime.deploy import find_actor
+
+    code = cli.main(["up", "--address", address, "--log", str(log), *up_args])
+    assert code == 0, f"coalloc up {' '.join(up_args)} exited {code}"
+    try:
+        yield
+    finally:
+        if find_actor(GLOBAL_NAME) is not None:
+            cli.main(["down", "--address", address])

@@ -18,8 +18,8 @@ from typing import Any
 
 import psutil
 import pytest
+from support import deployed
 
-from coalloc import cli
 from tests.integration.test_runtime_restarts import (
     kill9,
     ready_of,
@@ -68,18 +68,10 @@ def _soak_processes() -> list[int]:
 
 @pytest.fixture(scope="module")
 def deployment(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from runtime.config import GLOBAL_NAME
-    from runtime.deploy import find_actor
-
     log = tmp_path_factory.mktemp("chaos") / "phase.jsonl"
-    code = cli.main(
-        ["up", "--address", ray_cluster.address, "--nodes", "300,450,600", "--time-scale",
-         "100", "--log", str(log), "--seed", str(SEED)]
-    )
-    assert code == 0
-    yield ray_cluster, log
-    if find_actor(GLOBAL_NAME) is not None:
-        cli.main(["down", "--address", ray_cluster.address])
+    with deployed(ray_cluster.address, log, "--nodes", "300,450,600", "--time-scale", "100",
+                  "--seed", str(SEED)):
+        yield ray_cluster, log
 
 
 def test_random_kills_of_every_actor_lose_no_job(deployment: Any, capsys: Any) -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import deployed
 
-from coalloc import cli
 from tests.integration.test_runtime_restarts import ready_of, run_cli, status, wait_for
 
 pytestmark = pytest.mark.ray
@@ -34,18 +34,10 @@ def job(name: str, work: float, weight: float, n: int = 3, **extra: Any) -> dict
 
 @pytest.fixture(scope="module")
 def deployment(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from runtime.config import GLOBAL_NAME
-    from runtime.deploy import find_actor
-
     log = tmp_path_factory.mktemp("queue") / "phase.jsonl"
-    code = cli.main(
-        ["up", "--address", ray_cluster.address, "--nodes", "300,300,300", "--time-scale",
-         "100", "--log", str(log), "--node-timeout", str(NODE_TIMEOUT)]
-    )
-    assert code == 0
-    yield ray_cluster, log
-    if find_actor(GLOBAL_NAME) is not None:
-        cli.main(["down", "--address", ray_cluster.address])
+    with deployed(ray_cluster.address, log, "--nodes", "300,300,300", "--time-scale", "100",
+                  "--node-timeout", str(NODE_TIMEOUT)):
+        yield ray_cluster, log
 
 
 def test_a_job_that_does_not_fit_is_pending_with_a_reason_and_runs_after_a_cancel(

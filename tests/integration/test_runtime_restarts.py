@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import deployed
 
 from coalloc import cli
 
@@ -89,18 +90,9 @@ def strict_job(name: str, work: float = 1000.0) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def deployment(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from runtime.config import GLOBAL_NAME
-    from runtime.deploy import find_actor
-
     log = tmp_path_factory.mktemp("restarts") / "phase.jsonl"
-    code = cli.main(
-        ["up", "--address", ray_cluster.address, "--time-scale", str(TIME_SCALE),
-         "--log", str(log)]
-    )
-    assert code == 0
-    yield ray_cluster
-    if find_actor(GLOBAL_NAME) is not None:
-        cli.main(["down", "--address", ray_cluster.address])
+    with deployed(ray_cluster.address, log, "--time-scale", str(TIME_SCALE)):
+        yield ray_cluster
 
 
 def test_the_global_manager_restarts_and_recovers_its_job_table(
