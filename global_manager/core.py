@@ -501,6 +501,8 @@ class GlobalManagerCore:
             del self.pending[rec.job_id]
             works, weights, rates = self._shape(rec.spec)
             placed.append(self._start(rec.job_id, rec.spec, now, works, weights, rates, nodes))
+        if held and self._drain is not None:
+            placed += self._backfill(now, self._drain[0], held)
         rid = reply.reserved_for
         if self._drain is None and rid is not None and rid in self.pending:
             spec = self.pending[rid].spec
@@ -517,6 +519,72 @@ class GlobalManagerCore:
                     "running on them finish",
                 ),)
         return placed
+
+    def _backfill(self, now: float, hid: str, held: tuple[str, ...]) -> list[Admission]:
+        """EASY backfilling on the held nodes: a pending job whose expected run time
+        (``max_i w_i / x_i``, s) ends by the held job's *shadow* time (when the jobs now
+        running on the held nodes are expected to have left it room, :meth:`_shadow`)
+        may use the free budget anywhere, held nodes included, so the hold does not idle
+        what it cannot use yet. Candidates are solved as one flow (fair shares, no new
+        hold), in priority then submission order. A job that outruns its estimate delays
+        the held one; under pace control a strict subtask runs at its expected rate."""
+        shadow = self._shadow(hid, held)
+        if shadow is None or shadow <= now:
+            return []
+        order = sorted(self.pending.values(), key=lambda r: (-r.spec.priority, r.arrival, r.seq))
+        cands = []
+        for rec in order:
+            if rec.job_id == hid or rec.spec.qos is not QosClass.STRICT:
+                continue
+            works, _, rates = self._shape(rec.spec)
+            run = max((w / x for w, x in zip(works, rates) if x > 0), default=math.inf)
+            if now + run <= shadow + 1e-9:
+                cands.append(rec)
+        if not cands:
+            return []
+        jobs = [self._pending_job(r.job_id, r.spec, r.arrival) for r in cands]
+        reply = self._flow_reply(now, jobs, fair=True, reserve=False)
+        placed = []
+        for rec in cands:
+            nodes = reply.placements.get(rec.job_id)
+            if nodes is None:
+                continue
+            del self.pending[rec.job_id]
+            works, weights, rates = self._shape(rec.spec)
+            placed.append(self._start(rec.job_id, rec.spec, now, works, weights, rates, nodes))
+        return placed
+
+    def _shadow(self, hid: str, held: tuple[str, ...]) -> float | None:
+        """When the held job ``hid`` is expected to fit on its held nodes (s): for each
+        held node, the time its running strict subtasks (each expected to end at its
+        start plus ``work / expected rate``) have released enough budget for the held
+        job's subtask there; the latest of those. None if it cannot be worked out."""
+        spec = self.pending[hid].spec
+        _, _, rates = self._shape(spec)
+        nodes = self._assign(spec, rates, {n: self.budget(n) for n in held}, held)
+        if nodes is None:
+            return None
+        need = dict(zip(nodes, rates))
+        ends: dict[str, list[tuple[float, float]]] = {n: [] for n in need}
+        for job in self.jobs.values():
+            if job.spec.qos is not QosClass.STRICT:
+                continue
+            for i in job.running:
+                st = job.subtasks[i]
+                if st.node in ends and st.expected_rate > 0:
+                    ends[st.node].append((job.arrival + st.work / st.expected_rate,
+                                          st.expected_rate))
+        shadow = -math.inf
+        for n, rate in need.items():
+            committed = self.committed[n]
+            t_n = -math.inf
+            for end, r in sorted(ends[n]):
+                if committed <= self.budget(n) - rate + 1e-9:
+                    break
+                committed -= r
+                t_n = end
+            shadow = max(shadow, t_n)
+        return shadow
 
     def _assign(
         self, spec: JobSpec, rates: list[float], room: Mapping[str, float],
@@ -601,7 +669,8 @@ class GlobalManagerCore:
         return tuple(out)
 
     def _flow_reply(
-        self, now: float, jobs: list[PendingJob], fair: bool, held: tuple[str, ...] = ()
+        self, now: float, jobs: list[PendingJob], fair: bool, held: tuple[str, ...] = (),
+        reserve: bool = True,
     ) -> FlowPlacementReply:
         """Solve one cycle. ``fair``: per-user bounds, each user's weighted-DRF share of
         the grid's QoS capacity (:func:`fair_shares`, equal weights) but never below its
@@ -627,7 +696,7 @@ class GlobalManagerCore:
         return flow_place_pending(FlowPlacementRequest(
             now, tuple(jobs), self._node_states(held=held), users,
             qos_share=self.config.qos_share,
-            reserve_after=None if held else RESERVE_AFTER,
+            reserve_after=RESERVE_AFTER if reserve and not held else None,
         ))
 
     def _never_placeable(self, job_id: str, spec: JobSpec) -> tuple[PendingReason, ...]:

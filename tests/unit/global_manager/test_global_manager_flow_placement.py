@@ -140,11 +140,18 @@ def test_higher_priority_first_even_against_a_longer_wait() -> None:
     assert r.placements == {"old": ("a",)}
 
 
-def test_pace_preference_puts_a_heavy_subtask_on_the_fast_node() -> None:
-    # qos_share 0.5: "fast" 1000 MHz with 500 free, "slow" 200 MHz with 100 free. The
-    # 100 subtask fills "slow" exactly (pace 1), the 500 one needs "fast".
+def test_the_preference_weighs_pace_and_load() -> None:
+    """``P`` is the mean of the pace term and the load term (qos_share 0.5)."""
+    # Load: same nodes, one half committed: a light subtask goes to the emptier one.
+    nodes = [node("busy", 50, speed=200, committed=50), node("idle", 100, speed=200)]
+    assert solve([job("light", 40)], nodes).placements["light"] == ("idle",)
+    # Pace: a light subtask on a node 50x too fast for it would run far ahead of its
+    # siblings (pace 391 + load 10) / 2 = 200; a moderately fast one costs
+    # (69 + 250) / 2 = 159.
+    nodes = [node("huge", 5000, speed=10_000), node("mid", 200, speed=400)]
+    assert solve([job("light", 100)], nodes).placements["light"] == ("mid",)
+    # A gang goes where all of it fits: the heavy subtask needs the fast node.
     nodes = [node("fast", 500, speed=1000), node("slow", 100, speed=200)]
-    assert solve([job("light", 100)], nodes).placements["light"] == ("slow",)
     assert solve([job("pair", 100, 500)], nodes).placements["pair"] == ("slow", "fast")
 
 

@@ -293,3 +293,52 @@ def test_held_nodes_are_reported_and_kept_from_other_jobs() -> None:
     g.subtask_finished(small.job_id, 0)
     assert [a.job_id for a in g.place_pending(710.0).placed] == [big.job_id]
     assert g.job_state(later.job_id) is JobPhase.PENDING
+
+
+def _timed(weight: float, seconds: float, user: str = "bob") -> JobSpec:
+    """A one-subtask strict job of ``weight`` that runs ``seconds`` at its expected rate
+    (25 Mcycles/s per weight)."""
+    return JobSpec(name="t", qos=QosClass.STRICT,
+                   subtasks=(SubtaskSpec(25.0 * weight * seconds, weight),),
+                   overall_deviation=100.0, asynchrony=100.0, user=user)
+
+
+def test_short_jobs_backfill_held_nodes_and_long_ones_wait() -> None:
+    """EASY backfilling: once nodes are held for a gang, a job that is expected to end
+    before the gang could start (its shadow time) runs on them; one that would run past
+    it waits, and the gang starts when the running job ends."""
+    nodes = tuple(Node(f"n{i}", 200.0) for i in range(2))  # budgets 100 each
+    g = core("flow", nodes=nodes)
+    running = g.submit(_timed(2.0, 1000.0), 0.0)  # half a node until t = 1000
+    (started,) = g.place_pending(0.0).placed
+    big = g.submit(strict(4.0, 4.0, user="alice"), 1.0)  # both nodes whole
+    g.place_pending(1.0)
+    g.place_pending(700.0)  # waited 699 s: both nodes held, its shadow is t = 1000
+    assert g.pending_reasons(big.job_id)[0].kind is ReasonKind.RESERVED
+    short = g.submit(_timed(2.0, 200.0), 705.0)  # ends at 905 <= 1000
+    long = g.submit(_timed(2.0, 500.0), 705.0)  # would end at 1205 > 1000
+    placed = [a.job_id for a in g.place_pending(705.0).placed]
+    assert placed == [short.job_id]
+    assert g.job_state(long.job_id) is JobPhase.PENDING
+    assert any(r.kind is ReasonKind.RESERVED for r in g.pending_reasons(long.job_id))
+    g.subtask_finished(short.job_id, 0)
+    g.place_pending(905.0)
+    assert g.job_state(big.job_id) is JobPhase.PENDING  # the running job holds n0/n1
+    g.subtask_finished(started.job_id, 0)
+    assert [a.job_id for a in g.place_pending(1000.0).placed] == [big.job_id]
+    assert running.job_id == started.job_id
+
+
+def test_no_backfill_when_the_running_jobs_are_already_overdue() -> None:
+    """The shadow time is in the past (the running job outran its estimate): nothing
+    is backfilled, the hold stays strict."""
+    nodes = tuple(Node(f"n{i}", 200.0) for i in range(2))
+    g = core("flow", nodes=nodes)
+    g.submit(_timed(2.0, 100.0), 0.0)
+    g.place_pending(0.0)
+    g.submit(strict(4.0, 4.0, user="alice"), 1.0)
+    g.place_pending(1.0)
+    g.place_pending(700.0)
+    short = g.submit(_timed(1.0, 10.0), 705.0)
+    assert g.place_pending(705.0).placed == ()
+    assert g.job_state(short.job_id) is JobPhase.PENDING
