@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -56,3 +56,29 @@ def deployed(address: str, log: Path, *up_args: str) -> Iterator[None]:
     finally:
         if find_actor(GLOBAL_NAME) is not None:
             cli.main(["down", "--address", address])
+
+
+def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    """Run ``coalloc ARGV`` in this process; its exit code, stdout and stderr
+    (``capsys``: pytest's capture fixture)."""
+    from coalloc import cli
+
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cli_status(capsys: Any, address: str, job: str | None = None) -> Any:
+    """``coalloc status --json [JOB]`` as data. A test process that created the actors
+    gets Ray's notices of killed workers on its stdout too: the JSON is found after them."""
+    import json
+
+    argv = ["status", "--json", "--address", address] + ([job] if job else [])
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0 and out, (code, out, err)
+    return json.loads(out[out.index("{\n"):])
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 60.0, every: float = 0.2) -> T:
+    """:func:`wait_until` with the integration tests' defaults (real actors: seconds)."""
+    return wait_until(predicate, timeout, every, "condition not reached in time")

@@ -18,16 +18,10 @@ from typing import Any
 
 import psutil
 import pytest
-from support import deployed
+from support import cli_status as status
+from support import deployed, run_cli, wait_for
 
-from tests.integration.test_runtime_restarts import (
-    kill9,
-    ready_of,
-    restarted,
-    run_cli,
-    status,
-    wait_for,
-)
+from tests.integration.test_runtime_restarts import kill9, ready_of, restarted
 
 pytestmark = [pytest.mark.ray, pytest.mark.integration]
 

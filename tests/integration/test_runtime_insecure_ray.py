@@ -9,13 +9,14 @@ deployment down at the end.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from typing import Any
 
 import msgpack
 import pytest
+from support import cli_status as status
+from support import run_cli, wait_for
 
 from coalloc import cli
 from coallocator.messages import ProgressReport
@@ -24,28 +25,10 @@ from coallocator.wire import WIRE_VERSION, FrameError, decode_report, encode_rep
 pytestmark = pytest.mark.ray
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def status(capsys: pytest.CaptureFixture[str], address: str, job: str | None = None) -> Any:
-    code, out, err = run_cli(capsys, "status", "--json", "--address", address,
-                             *([job] if job else []))
-    assert code == 0, err
-    return json.loads(out)
 
 
-def wait_for(predicate: Any, timeout: float = 30.0, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(every)
 
 
 @pytest.fixture(scope="module")

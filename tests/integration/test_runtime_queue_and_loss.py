@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import deployed
+from support import cli_status as status
+from support import deployed, run_cli, wait_for
 
-from tests.integration.test_runtime_restarts import ready_of, run_cli, status, wait_for
+from tests.integration.test_runtime_restarts import ready_of
 
 pytestmark = pytest.mark.ray
 

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 from ntp_responder import NtpResponder
+from support import cli_status as status
+from support import run_cli, wait_for
 
 from coalloc import cli
 from coallocator.messages import ProgressReport
@@ -38,28 +40,10 @@ TIME_SCALE = 100.0
 RAY_NODE_SPEEDS_MHZ = (300.0, 450.0, 600.0)
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def status(capsys: pytest.CaptureFixture[str], address: str, job: str | None = None) -> Any:
-    argv = ["status", "--json", "--address", address] + ([job] if job else [])
-    code, out, err = run_cli(capsys, *argv)
-    assert code == 0, err
-    return json.loads(out)
 
 
-def wait_for(predicate: Any, timeout: float = 30.0, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(every)
 
 
 def write_jobs(path: Path, jobs: list[dict[str, Any]]) -> Path:

@@ -16,39 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import deployed
-
-from coalloc import cli
+from support import cli_status as status
+from support import deployed, run_cli, wait_for
 
 pytestmark = pytest.mark.ray
 
 TIME_SCALE = 100.0
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
-def status(capsys: pytest.CaptureFixture[str], address: str, job: str | None = None) -> Any:
-    argv = ["status", "--json", "--address", address] + ([job] if job else [])
-    code, out, err = run_cli(capsys, *argv)
-    assert code == 0 and out, (code, out, err)
-    # This test process is the driver that created the actors, so Ray prints its notice
-    # of a killed worker ("(raylet) A worker died ...") on its stdout: skip to the JSON.
-    return json.loads(out[out.index("{\n"):])
 
 
-def wait_for(predicate: Any, timeout: float = 60.0, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(every)
 
 
 def actor(name: str) -> Any:
