@@ -339,8 +339,11 @@ class GlobalService:
     def _missing(self, node: str, keys: set[tuple[str, int]]) -> None:
         """Subtasks of running jobs that ``node``'s manager does not know, well after
         their start (a dispatch cut short by a crash of the global manager, a manager
-        that came back without its checkpoint): their runs are ended whole, as for a
-        lost node."""
+        killed before its checkpoint named them): their runs are ended whole and
+        requeued whatever ``on_node_loss`` says (up to ``max_attempts``). The subtask did
+        no work that can be kept: it never started there, or its process was reaped as
+        an orphan by the restarted manager, so running the job again loses nothing a
+        failure would keep; the node itself is not lost."""
         if not keys:
             return
         stops = []
@@ -351,8 +354,7 @@ class GlobalService:
                 if info is None or info.start_at is None or info.start_at > late:
                     continue
                 why = f"its subtask on node {node} is not there (lost by its local manager)"
-                stops.append(self._end_run(info, why, self._spec(info).node_loss_policy(),
-                                           loss=True))
+                stops.append(self._end_run(info, why, EndPolicy.REQUEUE, loss=True))
             if stops:
                 self._persist()
         self._send_stops(stops)

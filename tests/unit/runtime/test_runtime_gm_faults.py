@@ -279,7 +279,10 @@ def test_a_controller_that_cannot_be_reached_names_the_controller(tmp_path: Path
     assert all(v == 0.0 for v in g.gm.core.committed.values())
 
 
-def test_a_subtask_its_node_does_not_know_ends_the_run(tmp_path: Path) -> None:
+def test_a_subtask_its_node_does_not_know_ends_the_run_and_requeues_it(
+    tmp_path: Path,
+) -> None:
+    """Whatever ``on_node_loss`` says: the lost subtask did no work worth keeping."""
     g = Grid(tmp_path)
     (a,) = g.gm.submit([_three(on_node_loss=EndPolicy.FAIL)])
     job = a["job_id"]
@@ -287,8 +290,10 @@ def test_a_subtask_its_node_does_not_know_ends_the_run(tmp_path: Path) -> None:
     # The node's manager forgets the run (restarted without its checkpoint).
     g.loop.nodes[a["nodes"][2]].cancel_job(job)
     g.loop.nodes[a["nodes"][2]]._history.clear()
-    g.run_until(lambda: g.state(job) != "running", limit=30)
-    assert "is not there" in g.gm.jobs[job].reason
+    g.run_until(lambda: g.gm.jobs[job].attempt == 2, limit=30)
+    assert "is not there" in g.gm.jobs[job].history[0]
+    g.run_until(lambda: g.state(job) == "completed")
+    assert g.gm.jobs[job].run_id.startswith(f"{job}.")
 
 
 def test_pending_jobs_and_lost_nodes_survive_a_restart_and_a_corrupt_journal_is_set_aside(
