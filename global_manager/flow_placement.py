@@ -226,7 +226,7 @@ def _fits(rate: float, room: float) -> bool:
     return rate <= room + FIT_SLACK * max(1.0, abs(room))
 
 
-def _pace_cost(rate: float, node: NodeState, committed: float, qos_share: float) -> int:
+def _preference_cost(rate: float, node: NodeState, committed: float, qos_share: float) -> int:
     """``P(c, n)``: the mean of the pace preference (``100 * min(|ln rho|, 5)``) and a load
     term (``500 *`` the fraction of the node's QoS share committed with the subtask), both
     in 0..500. The load term spreads work: with pace alone, gangs packed the nodes they
@@ -617,7 +617,7 @@ def _solve_round(entrants: Sequence[_Job], cyc: _Cycle) -> dict[int, dict[int, i
             total += len(subs)
             g.add_arc(cv, unsched, len(subs), 0)
             for k in cyc.eligible(rate, labels, False):
-                p = _pace_cost(rate, nodes[k], cyc.committed[k], req.qos_share)
+                p = _preference_cost(rate, nodes[k], cyc.committed[k], req.qos_share)
                 if len(job.classes) == 1:
                     head = node_v[k]
                 else:

@@ -13,10 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from local_manager.cgroups import CGROUP_PARENT_ENV
 from local_manager.pacer import positive
+
+E = TypeVar("E", bound=Enum)
 
 #: Version of the :class:`ExecutorRecord` layout written by :meth:`ExecutorRecord.to_dict`
 #: (2 added ``status_file``; a version 1 record is still read, without one).
@@ -255,26 +257,24 @@ def share_for_grant(granted_mcycles: float, speed_mhz: float, cycle_s: float) ->
     return granted_mcycles / (speed_mhz * cycle_s)
 
 
-def parse_containment(containment: Containment | str | None) -> Containment | None:
-    if containment is None or isinstance(containment, Containment):
-        return containment
+def _parse_choice(enum: type[E], value: E | str | None, field: str, noun: str) -> E | None:
+    """``value`` (a member, its name, or None) as a member of ``enum``; ValueError
+    ``FIELD: unknown NOUN ... (choose ...)`` if it is none of them."""
+    if value is None or isinstance(value, enum):
+        return value
     try:
-        return Containment(containment)
+        return enum(value)
     except ValueError:
-        choices = ", ".join(c.value for c in Containment)
-        raise ValueError(
-            f"containment: unknown containment {containment!r} (choose {choices})"
-        ) from None
+        choices = ", ".join(m.value for m in enum)
+        raise ValueError(f"{field}: unknown {noun} {value!r} (choose {choices})") from None
+
+
+def parse_containment(containment: Containment | str | None) -> Containment | None:
+    return _parse_choice(Containment, containment, "containment", "containment")
 
 
 def parse_mode(mode: LimitMode | str | None) -> LimitMode | None:
-    if mode is None or isinstance(mode, LimitMode):
-        return mode
-    try:
-        return LimitMode(mode)
-    except ValueError:
-        choices = ", ".join(m.value for m in LimitMode)
-        raise ValueError(f"mode: unknown limit mode {mode!r} (choose {choices})") from None
+    return _parse_choice(LimitMode, mode, "mode", "limit mode")
 
 
 def select_limit_mode(

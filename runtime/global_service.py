@@ -182,7 +182,6 @@ class GlobalService:
             "requeued": 0, "failed_node_loss": 0, "failed_subtask": 0, "dispatch_failed": 0,
             "zombies_cancelled": 0, "nodes_lost": 0,
         }
-        self._expired_last = False
         self.journal = journal
         self.recovered = False
         self.journal_error: str | None = None
@@ -260,20 +259,23 @@ class GlobalService:
             job_id=info.job_id,
         )
 
-    def running_subtasks(self) -> dict[str, list[tuple[str, int]]]:
-        """Per node, the (run id, index) of every subtask of a running job that has not
-        ended yet: what :meth:`reconcile` asks the nodes about."""
+    def running_subtasks(self, node: str | None = None) -> dict[str, list[tuple[str, int]]]:
+        """Per node (only ``node`` if given), the (run id, index) of every subtask of a
+        running job that has not ended yet: what :meth:`reconcile` asks the nodes about."""
         with self._lock:
             out: dict[str, list[tuple[str, int]]] = {}
             for info in self.jobs.values():
                 if info.state is not JobPhase.RUNNING:
                     continue
                 for s in info.subtasks:
-                    if s["index"] not in info.outcomes:
+                    if s["index"] not in info.outcomes and node in (None, s["node"]):
                         out.setdefault(s["node"], []).append(
                             (info.run_id or info.job_id, s["index"])
                         )
             return out
+
+    def _open_on(self, node: str) -> set[tuple[str, int]]:
+        return set(self.running_subtasks(node).get(node, []))
 
     def controller_jobs(self) -> list[tuple[JobRegistration, dict[int, float]]]:
         """The running grid QoS jobs (strict, loose) as a restarted controller tracks
@@ -303,10 +305,10 @@ class GlobalService:
         start, ends that run. Returns how many outcomes were applied."""
         ended = {"finished", "failed"}
         applied = 0
-        todo = set(self.running_subtasks().get(node, []))
+        todo = self._open_on(node)
         known = {(str(d.get("job_id")), int(d.get("index", -1))) for d in seen}
-        self._missing(node, todo - known)
-        todo = set(self.running_subtasks().get(node, []))
+        if self._missing(node, todo - known):
+            todo = self._open_on(node)
         for d in seen:
             key = (str(d.get("job_id")), int(d.get("index", -1)))
             if d.get("done_work") is not None:
@@ -327,7 +329,7 @@ class GlobalService:
         current run there: a run stopped while the node could not be reached (lost,
         stale, a failed dispatch). The caller cancels them there."""
         with self._lock:
-            todo = {k for k in self.running_subtasks().get(node, [])}
+            todo = self._open_on(node)
             zombies = sorted({
                 str(d.get("job_id")) for d in seen
                 if d.get("state") in ("running", "pending")
@@ -336,7 +338,7 @@ class GlobalService:
             self.counters["zombies_cancelled"] += len(zombies)
             return zombies
 
-    def _missing(self, node: str, keys: set[tuple[str, int]]) -> None:
+    def _missing(self, node: str, keys: set[tuple[str, int]]) -> bool:
         """Subtasks of running jobs that ``node``'s manager does not know, well after
         their start (a dispatch cut short by a crash of the global manager, a manager
         killed before its checkpoint named them): their runs are ended whole and
@@ -345,7 +347,7 @@ class GlobalService:
         an orphan by the restarted manager, so running the job again loses nothing a
         failure would keep; the node itself is not lost."""
         if not keys:
-            return
+            return False
         stops = []
         with self._lock:
             late = self.clock.now() - self.config.stall_cycles * self.config.cycle
@@ -358,6 +360,7 @@ class GlobalService:
             if stops:
                 self._persist()
         self._send_stops(stops)
+        return bool(stops)
 
     def node_budgets(self) -> dict[str, float]:
         return self.core.node_budgets()
@@ -469,7 +472,7 @@ class GlobalService:
                 if adm.admitted:
                     self._placed(info, adm.subtasks, start)
                     placed.append((info, adm.subtasks))
-            placed += self._cycle(start)
+            placed += self._cycle(start)[0]
             out = [self._answer(self.jobs[j]) for j in ids]
             if token is not None:
                 self.tokens[token] = out
@@ -478,8 +481,9 @@ class GlobalService:
             self._persist()  # write-ahead: recorded before it is dispatched
             for info, subtasks in placed:
                 self._dispatch(info, subtasks, start)
-            if placed:
-                out = [self._answer(self.jobs[j]) for j in ids]
+            after = [self._answer(self.jobs[j]) for j in ids]
+            if after != out:  # a dispatch failed: the retry token must answer as now
+                out = after
                 if token is not None:
                     self.tokens[token] = out
                 self._persist()
@@ -504,21 +508,19 @@ class GlobalService:
         Returns how many jobs were placed."""
         with self._lock:
             start = self.start_boundary()
-            placed = self._cycle(start)
-            if not placed and not self._expired_last:
+            placed, expired = self._cycle(start)
+            if not placed and not expired:
                 return 0
-            self._persist()
+            self._persist()  # write-ahead; a dispatch that fails records its own outcome
             for info, subtasks in placed:
                 self._dispatch(info, subtasks, start)
-            if placed:
-                self._persist()
             return len(placed)
 
-    def _cycle(self, start: float) -> list[tuple[JobInfo, tuple[Subtask, ...]]]:
+    def _cycle(self, start: float) -> tuple[list[tuple[JobInfo, tuple[Subtask, ...]]], bool]:
         """The core's placement cycle at ``start``, applied to the job table (caller holds
-        the lock, persists and dispatches)."""
+        the lock, persists and dispatches): the runs placed, and whether any job
+        expired."""
         cyc = self.core.place_pending(start)
-        self._expired_last = bool(cyc.expired)
         for adm in cyc.expired:
             info = self.jobs[adm.job_id]
             info.state = JobPhase.EXPIRED
@@ -529,7 +531,7 @@ class GlobalService:
             info = self.jobs[adm.job_id]
             self._placed(info, adm.subtasks, start)
             out.append((info, adm.subtasks))
-        return out
+        return out, bool(cyc.expired)
 
     def _placed(self, info: JobInfo, subtasks: tuple[Subtask, ...], start: float) -> None:
         info.state = JobPhase.RUNNING

@@ -82,3 +82,13 @@ def cli_status(capsys: Any, address: str, job: str | None = None) -> Any:
 def wait_for(predicate: Callable[[], T], timeout: float = 60.0, every: float = 0.2) -> T:
     """:func:`wait_until` with the integration tests' defaults (real actors: seconds)."""
     return wait_until(predicate, timeout, every, "condition not reached in time")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (psutil reads /proc)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return False

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from ntp_responder import NtpResponder
 from support import cli_status as status
-from support import run_cli, wait_for
+from support import pid_alive, run_cli, wait_for
 
 from coalloc import cli
 from coallocator.messages import ProgressReport
@@ -308,14 +308,6 @@ def test_status_into_a_closed_pipe_ends_quietly(deployment: Any) -> None:
     assert "Traceback" not in err and "BrokenPipe" not in err
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in (b"Z", b"X")
-
 
 def test_process_executor_jobs(deployment: Any, capsys: Any, tmp_path: Path) -> None:
     import coalloc
@@ -354,10 +346,10 @@ def test_process_executor_jobs(deployment: Any, capsys: Any, tmp_path: Path) -> 
 
     sub = wait_for(spinning, timeout=30)
     pid = sub["pid"]
-    assert _pid_alive(pid)
+    assert pid_alive(pid)
     code, out, err = run_cli(capsys, "cancel", spin, "--address", deployment.address)
     assert code == 0 and "cancelled" in out, err
-    wait_for(lambda: not _pid_alive(pid), timeout=10)
+    wait_for(lambda: not pid_alive(pid), timeout=10)
     # Nothing of the subtask's process group is left.
     leftovers = []
     for name in os.listdir("/proc"):

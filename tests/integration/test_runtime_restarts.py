@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from support import cli_status as status
-from support import deployed, run_cli, wait_for
+from support import deployed, pid_alive, run_cli, wait_for
 
 pytestmark = pytest.mark.ray
 
@@ -152,13 +152,11 @@ def test_the_controller_restarts_on_its_ports_and_tracks_running_jobs_again(
     assert code == 0 and job in out, err
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in (b"Z", b"X")
+
+def _running_process(capsys: Any, address: str, job: str) -> Any:
+    """Subtask 0 of ``job`` once its command runs (status has its pid), else None."""
+    proc = status(capsys, address, job)["jobs"][0]["subtasks"][0]
+    return proc if proc.get("pid") and proc.get("state") == "running" else None
 
 
 #: A command that runs for 12 real s whatever CPU share it is given.
@@ -177,12 +175,7 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
          "subtasks": [{"work": 5, "command": SPIN_12_S}, {"work": 1000}]}
     )
 
-    def running_process() -> Any:
-        subs = status(capsys, deployment.address, job)["jobs"][0]["subtasks"]
-        proc = subs[0]
-        return proc if proc.get("pid") and proc.get("state") == "running" else None
-
-    proc = wait_for(running_process)
+    proc = wait_for(lambda: _running_process(capsys, deployment.address, job))
     pid, node = int(proc["pid"]), proc["node"]
     # Let them checkpoint a few boundaries, then kill -9 both managers of the gang: the
     # process subtask's and the synthetic sibling's.
@@ -198,8 +191,8 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
     for name in names:
         assert info[name]["restored"] >= 1
         assert info[name]["incarnation"] != before[name]["incarnation"]  # type: ignore[index]
-    assert _pid_alive(pid)  # re-attached, not killed, not started again
-    sub = wait_for(lambda: (s := running_process()) and s)
+    assert pid_alive(pid)  # re-attached, not killed, not started again
+    sub = wait_for(lambda: _running_process(capsys, deployment.address, job))
     assert int(sub["pid"]) == pid
     # The synthetic sibling resumed from its checkpointed work, not from 0.
     after = status(capsys, deployment.address, job)["jobs"][0]["subtasks"][1]
@@ -208,7 +201,7 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
     final = client.wait(job, timeout=120)
     assert final["state"] == "completed", _why(final)
     assert all(s["state"] == "finished" for s in final["subtasks"])
-    assert not _pid_alive(pid)
+    assert not pid_alive(pid)
     st = status(capsys, deployment.address)
     assert all(n["ready"] for n in st["nodes"])
     (n,) = [n for n in st["nodes"] if n["name"] == node]
@@ -280,12 +273,7 @@ def test_a_reattached_command_that_fails_fails_its_job_with_its_exit_status(
          "subtasks": [{"work": 5, "command": wait_then_fail}, {"work": 1000}]}
     )
 
-    def running_process() -> Any:
-        subs = status(capsys, deployment.address, job)["jobs"][0]["subtasks"]
-        proc = subs[0]
-        return proc if proc.get("pid") and proc.get("state") == "running" else None
-
-    proc = wait_for(running_process)
+    proc = wait_for(lambda: _running_process(capsys, deployment.address, job))
     pid, node = int(proc["pid"]), proc["node"]
     name = local_manager_name(node)
     # It is checkpointed at every boundary; wait for the record to name it.
@@ -300,7 +288,7 @@ def test_a_reattached_command_that_fails_fails_its_job_with_its_exit_status(
     text = json.dumps(final)
     assert "exit status 3" in text and "re-attached" in text, final
     assert "exit status unknown" not in text
-    assert not _pid_alive(pid)
+    assert not pid_alive(pid)
 
 
 def _why(job: dict[str, Any]) -> str:
