@@ -145,8 +145,7 @@ def run_cell(cell: Cell) -> Row:
     config = SimConfig(cycle=cell.cycle, rate_per_weight=cell.rate_per_weight,
                        queue="wait")  # type: ignore[arg-type]
     result = simulate(workload, policy, seed=cell.seed, config=config)
-    qos_share = config.queue_weights[1] / sum(config.queue_weights)
-    capacity = math.fsum(policy.admission_policy().budget(n.cpu_rate, qos_share)
+    capacity = math.fsum(policy.admission_policy().budget(n.cpu_rate, config.qos_share)
                          for n in workload.nodes)
     return summarize(cell, workload, result, capacity)
 
