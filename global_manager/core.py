@@ -1,5 +1,7 @@
-"""The global grid resource manager's core (GGRMS): job table, expected rates,
-admission and all-or-nothing placement. No I/O, no clock reads: ``now`` is passed in.
+"""The global grid resource manager's core (GGRMS): expected rates and admission,
+composing a job table (:mod:`global_manager.job_table`), a pending queue
+(:mod:`global_manager.pending_queue`) and the policy's placer
+(:mod:`global_manager.placer`). No I/O, no clock reads: ``now`` is passed in.
 
 Expected rate (``docs/model.md`` §3, "Expected rate"): subtask ``i`` of job ``t`` gets
 ``x_i = r_i * u_t`` Mcycles/s, where ``u_t`` is the grid's ``rate_per_weight``
@@ -23,27 +25,24 @@ from enum import Enum
 from typing import Any
 
 from coallocator.controller import initial_rate_cap
-from global_manager.admission import (
-    AdmissionPolicy,
-    NodeLoad,
+from global_manager.admission import AdmissionPolicy
+from global_manager.flow_placement import PendingReason, ReasonKind
+from global_manager.job_table import JobRecord, JobTable
+from global_manager.pending_queue import PendingQueue, PendingRecord
+from global_manager.placer import (
+    RESERVE_AFTER,
+    CycleRequest,
+    GridNode,
+    NodeHold,
+    Placement,
     PlacementPolicy,
-    PlacementReply,
-    PlacementRequest,
-    place,
+    QueuedJob,
+    SplitShape,
+    expected_rates,
+    explain,
+    never_placeable,
     placement_policies,
 )
-from global_manager.flow_placement import (
-    FlowPlacementReply,
-    FlowPlacementRequest,
-    NodeState,
-    PendingJob,
-    PendingReason,
-    PendingSubtask,
-    ReasonKind,
-    UserShare,
-    fair_shares,
-)
-from global_manager.flow_placement import place_pending as flow_place_pending
 from global_manager.policies import Policy
 from workloads.model import (
     Demand,
@@ -55,6 +54,17 @@ from workloads.model import (
     subtask_from_dict,
     subtask_to_dict,
 )
+
+__all__ = [
+    "RESERVE_AFTER",
+    "Admission",
+    "GlobalConfig",
+    "GlobalManagerCore",
+    "JobRecord",
+    "PendingRecord",
+    "QueueCycle",
+    "QueueMode",
+]
 
 
 class QueueMode(str, Enum):
@@ -72,10 +82,6 @@ class QueueMode(str, Enum):
         except ValueError:
             known = ", ".join(m.value for m in QueueMode)
             raise ValueError(f"queue: must be one of {known}, got {value!r}") from None
-
-
-#: Seconds a job waits before flow placement may hold nodes for it.
-RESERVE_AFTER = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,30 +126,10 @@ class QueueCycle:
     expired: tuple[Admission, ...]
 
 
-@dataclass(slots=True)
-class JobRecord:
-    spec: JobSpec
-    job_id: str
-    arrival: float
-    subtasks: tuple[Subtask, ...]
-    running: set[int]
-    cancelled: bool = False
-
-
-@dataclass(slots=True)
-class PendingRecord:
-    """A strict job in the pending queue; ``arrival``: when it was submitted (s);
-    ``reasons``: from the last cycle (``None``: worked out when asked)."""
-
-    spec: JobSpec
-    job_id: str
-    arrival: float
-    seq: int
-    reasons: tuple[PendingReason, ...] | None = None
-
-
 class GlobalManagerCore:
-    """Admission, placement and the job table. Deterministic given its RNG."""
+    """Admission and placement over a :class:`~global_manager.job_table.JobTable`, a
+    :class:`~global_manager.pending_queue.PendingQueue` and the policy's placer
+    (:mod:`global_manager.placer`). Deterministic given its RNG."""
 
     def __init__(
         self,
@@ -164,27 +150,43 @@ class GlobalManagerCore:
         self.rng = rng or random.Random(0)
         self.admission: AdmissionPolicy = policy.admission_policy()
         self.placement: PlacementPolicy = placement_policies.create(policy.placement)
-        self.committed: dict[str, float] = {n: 0.0 for n in self.nodes}
-        self.load: dict[str, float] = {n: 0.0 for n in self.nodes}
-        self.jobs: dict[str, JobRecord] = {}
-        self.pending: dict[str, PendingRecord] = {}
-        #: Jobs that ended without running to completion: rejected, expired, or
-        #: cancelled while pending.
-        self.closed: dict[str, JobPhase] = {}
-        #: Strict expected rate each user's running jobs hold (Mcycles/s).
-        self.user_held: dict[str, float] = {}
-        self._next_id = 0
-        self._seq = 0
-        #: Something changed that may let a pending job be placed (a submission, a
-        #: release, a placement) since the last cycle; unchanged, a cycle is skipped.
-        self._changed = False
-        #: The drain reservation of flow placement: (job id, nodes held for it).
-        self._drain: tuple[str, tuple[str, ...]] | None = None
-        self._last_cycle = -math.inf
-        #: Placement cycles run (not skipped) by :meth:`place_pending`.
-        self.cycles_run = 0
+        self.table = JobTable(self.nodes)
+        self.queue = PendingQueue()
         #: Nodes placement skips: their manager is dead, stale or lost (live runtime).
         self.down: set[str] = set()
+
+    # ------------------------------------------------------- the parts' state
+    @property
+    def jobs(self) -> dict[str, JobRecord]:
+        return self.table.jobs
+
+    @property
+    def closed(self) -> dict[str, JobPhase]:
+        """Jobs that ended without running to completion: rejected, expired, or
+        cancelled while pending."""
+        return self.table.closed
+
+    @property
+    def committed(self) -> dict[str, float]:
+        return self.table.committed
+
+    @property
+    def load(self) -> dict[str, float]:
+        return self.table.load
+
+    @property
+    def user_held(self) -> dict[str, float]:
+        """Strict expected rate each user's running jobs hold (Mcycles/s)."""
+        return self.table.user_held
+
+    @property
+    def pending(self) -> dict[str, PendingRecord]:
+        return self.queue.records
+
+    @property
+    def cycles_run(self) -> int:
+        """Placement cycles run (not skipped) by :meth:`place_pending`."""
+        return self.queue.cycles_run
 
     # ------------------------------------------------------------------ queries
     def budget(self, node: str) -> float:
@@ -194,16 +196,6 @@ class GlobalManagerCore:
 
     def node_budgets(self) -> dict[str, float]:
         return {n: self.budget(n) for n in self.nodes}
-
-    def _loads(self) -> tuple[NodeLoad, ...]:
-        """The nodes placement may use (not :attr:`down`) and their loads."""
-        return tuple(
-            NodeLoad(
-                n.name, n.cpu_rate, self.committed[n.name], self.budget(n.name), self.load[n.name]
-            )
-            for n in self.nodes.values()
-            if n.name not in self.down
-        )
 
     def set_node_down(self, node: str, down: bool = True) -> bool:
         """Take ``node`` out of placement (its manager is dead, stale or lost) or put it
@@ -216,13 +208,29 @@ class GlobalManagerCore:
             self.down.add(node)
         else:
             self.down.discard(node)
-        self._changed = True
+        self.queue.changed = True
         return True
+
+    def _grid(self) -> tuple[GridNode, ...]:
+        return tuple(
+            GridNode(n.name, n.cpu_rate, self.budget(n.name), self.committed[n.name],
+                     self.load[n.name], n.labels, n.name not in self.down)
+            for n in self.nodes.values()
+        )
+
+    def _request(
+        self, now: float, jobs: tuple[QueuedJob, ...], queue: bool
+    ) -> CycleRequest:
+        return CycleRequest(
+            now, jobs, self._grid(), self.config.qos_share, queue=queue,
+            held=dict(self.user_held),
+            running=self.table.running_strict() if queue else (),
+            hold=self.queue.hold,
+        )
 
     # --------------------------------------------------------------- submission
     def new_job_id(self) -> str:
-        self._next_id += 1
-        return f"j{self._next_id:05d}"
+        return self.table.new_job_id()
 
     def _known(self, job_id: str) -> bool:
         return job_id in self.jobs or job_id in self.pending or job_id in self.closed
@@ -253,10 +261,9 @@ class GlobalManagerCore:
                     False,
                     f"local job needs one subtask on a known node, got node {spec.node!r}",
                 )
-            works = [spec.subtasks[0].work]
-            weights = [spec.subtasks[0].weight]
-            rates = self._rates(spec, works, weights)
-            return self._start(job_id, spec, now, works, weights, rates, (spec.node,))
+            works, weights, rates = self._shape(spec)
+            return self._start(job_id, spec, now, Placement(
+                (spec.node,), tuple(works), tuple(weights), tuple(rates)))
         if n > len(self.nodes):
             return Admission(job_id, False, f"{n} subtasks but only {len(self.nodes)} nodes")
         up = len(self.nodes) - len(self.down)
@@ -272,58 +279,28 @@ class GlobalManagerCore:
                 return Admission(job_id, False, bad)
         strict = spec.qos is QosClass.STRICT
         waits = strict and self.config.queue is QueueMode.WAIT
+        job = self._queued(job_id, spec, now)
         if waits or any(spec.labels_of(i) for i in range(n)):
-            never = self._never_placeable(job_id, spec)
+            never = never_placeable(job, self._grid(), self.config.qos_share)
             if never:
                 msg = "; ".join(r.message for r in never)
                 return Admission(job_id, False, msg, reasons=never)
         if waits:
-            self._seq += 1
-            self.pending[job_id] = PendingRecord(spec, job_id, now, self._seq)
-            self._changed = True
+            self.queue.add(spec, job_id, now)
             return Admission(
                 job_id, False, "pending: waits for the next placement cycle", pending=True
             )
-        if strict and self._uses_flow():
-            reply = self._flow_reply(now, [self._pending_job(job_id, spec, now)], fair=False)
-            if job_id not in reply.placements:
-                why = reply.pending.get(job_id, ())
-                return Admission(job_id, False, "; ".join(r.message for r in why), reasons=why)
-            works, weights, rates = self._shape(spec)
-            return self._start(job_id, spec, now, works, weights, rates,
-                               reply.placements[job_id])
-        placed = self._try_place(job_id, spec)
-        if isinstance(placed, str):
-            return Admission(job_id, False, placed)
-        works, weights, rates, nodes = placed
-        return self._start(job_id, spec, now, works, weights, rates, nodes)
-
-    def _try_place(
-        self, job_id: str, spec: JobSpec
-    ) -> str | tuple[list[float], list[float], list[float], tuple[str, ...]]:
-        """Greedy placement by the policy's ranking: the shape and nodes, or the reason."""
-        checked = spec.qos is QosClass.STRICT
-        if spec.subtasks:
-            works, weights, rates = self._shape(spec)
-            labels = [s.labels for s in spec.subtasks]
-            if any(labels):
-                reply = self._place_labelled(rates, labels, checked)
-            else:
-                reply = place(
-                    PlacementRequest(tuple(rates), checked, self._loads()),
-                    self.placement,
-                    self.rng,
-                )
-        else:
-            works, weights, rates, reply = self._split(job_id, spec, checked)
-        if not reply.admitted or reply.nodes is None:
-            return reply.reason
-        return works, weights, rates, reply.nodes
+        reply = self.placement.place(self._request(now, (job,), queue=False), self.rng)
+        got = reply.placed.get(job_id)
+        if got is None:
+            return Admission(job_id, False, reply.messages.get(job_id, ""),
+                             reasons=reply.reasons.get(job_id, ()))
+        return self._start(job_id, spec, now, got)
 
     def _shape(self, spec: JobSpec) -> tuple[list[float], list[float], list[float]]:
         """Works, relative weights and expected rates of a job's subtasks. A job given by
         ``parallelism`` is split evenly here (the flow solver and the reasons use this;
-        greedy placement splits it on the nodes it picks, see :meth:`_split`)."""
+        greedy placement splits it on the nodes it picks, :class:`SplitShape`)."""
         if spec.subtasks:
             works = [s.work for s in spec.subtasks]
             weights = [s.weight for s in spec.subtasks]
@@ -332,45 +309,30 @@ class GlobalManagerCore:
             total_weight = float(spec.total_weight if spec.total_weight is not None else n)
             weights = [total_weight / n] * n
             works = [float(spec.total_work or 0.0) / n] * n
-        return works, weights, self._rates(spec, works, weights)
+        return works, weights, expected_rates(works, weights, spec.duration,
+                                              self.config.rate_per_weight)
 
-    def _place_labelled(
-        self, rates: list[float], labels: list[frozenset[str]], checked: bool
-    ) -> PlacementReply:
-        """As :func:`place`, skipping nodes that lack a subtask's labels."""
-        ranked = self.placement.rank(self._loads(), checked, self.rng)
-        used: set[str] = set()
-        chosen: list[str] = [""] * len(rates)
-        for i in sorted(range(len(rates)), key=lambda i: (-rates[i], i)):
-            for nl in ranked:
-                if nl.name in used or not labels[i] <= self.nodes[nl.name].labels:
-                    continue
-                if checked and rates[i] > nl.free + 1e-9:
-                    continue
-                chosen[i] = nl.name
-                used.add(nl.name)
-                break
-            else:
-                return PlacementReply(
-                    None,
-                    f"no free node with labels {', '.join(sorted(labels[i])) or '(none)'} can "
-                    f"take subtask {i} (expected rate {rates[i]:.6g} Mcycles/s)",
-                )
-        return PlacementReply(tuple(chosen))
+    def _queued(self, job_id: str, spec: JobSpec, arrival: float) -> QueuedJob:
+        """``spec`` as placement sees it."""
+        works, weights, rates = self._shape(spec)
+        split = None
+        if not spec.subtasks:
+            n = int(spec.parallelism or 0)
+            split = SplitShape(
+                n, float(spec.total_work or 0.0),
+                float(spec.total_weight if spec.total_weight is not None else n),
+                spec.duration, self.config.rate_per_weight,
+            )
+        return QueuedJob(
+            job_id, spec.user, tuple(works), tuple(weights), tuple(rates),
+            tuple(spec.labels_of(i) for i in range(spec.n_subtasks)),
+            spec.qos is QosClass.STRICT, spec.priority, arrival, split,
+        )
 
-    def _start(
-        self,
-        job_id: str,
-        spec: JobSpec,
-        now: float,
-        works: list[float],
-        weights: list[float],
-        rates: list[float],
-        nodes: tuple[str, ...],
-    ) -> Admission:
-        subtasks = []
+    def _start(self, job_id: str, spec: JobSpec, now: float, p: Placement) -> Admission:
         strict = spec.qos is QosClass.STRICT
-        for i, node in enumerate(nodes):
+        subtasks = []
+        for i, node in enumerate(p.nodes):
             src = spec.subtasks[i] if spec.subtasks else None
             subtasks.append(
                 Subtask(
@@ -378,10 +340,10 @@ class GlobalManagerCore:
                     index=i,
                     node=node,
                     qos=spec.qos,
-                    work=works[i],
-                    relative_weight=weights[i],
-                    expected_rate=rates[i],
-                    weight=rates[i],
+                    work=p.works[i],
+                    relative_weight=p.weights[i],
+                    expected_rate=p.rates[i],
+                    weight=p.rates[i],
                     demand=(src.demand if src and src.demand else Demand()),
                     command=src.command if src else None,
                     start_time=now,
@@ -389,222 +351,58 @@ class GlobalManagerCore:
                         self.policy.controller_config,
                         self.policy.controller,
                         strict,
-                        len(nodes),
-                        rates[i],
+                        len(p.nodes),
+                        p.rates[i],
                     ),
                 )
             )
-        for s in subtasks:
-            if strict:
-                self.committed[s.node] += s.expected_rate
-                self.user_held[spec.user] = self.user_held.get(spec.user, 0.0) + s.expected_rate
-            self.load[s.node] += s.expected_rate
-        self.jobs[job_id] = JobRecord(
-            spec, job_id, now, tuple(subtasks), {s.index for s in subtasks}
-        )
+        self.table.add(job_id, spec, now, tuple(subtasks))
         return Admission(job_id, True, "", tuple(subtasks), placed_at=now)
 
     # ------------------------------------------------------------ pending queue
+    def _reserve_after(self) -> float | None:
+        """Seconds of waiting after which the placer may hold nodes (None: never)."""
+        finite = all(math.isfinite(b) for b in self.node_budgets().values())
+        return RESERVE_AFTER if self.placement.reserves and finite else None
+
     def place_pending(self, now: float) -> QueueCycle:
         """One placement cycle at ``now`` (s): expire the pending jobs whose ``max_wait``
-        ran out, then place what can be placed, all or nothing per job. Greedy policies
-        go through the queue in priority then submission order (a job that does not fit
-        does not hold back the ones behind it); ``placement: flow`` solves the whole
-        queue at once (:func:`global_manager.flow_placement.place_pending`).
+        ran out, then place what the placer places of the queue (in priority then
+        submission order), all or nothing per job.
 
         A cycle is skipped when nothing changed since the last one placed nothing (no
-        submission, release, expiry or placement, and under flow no job reaching
-        :data:`RESERVE_AFTER` of waiting): the budgets, shares and queue are the same, so
-        it would place nothing either."""
+        submission, release, expiry or placement, and for a placer that holds nodes no
+        job reaching :data:`RESERVE_AFTER` of waiting): the budgets, shares and queue are
+        the same, so it would place nothing either."""
         expired: list[Admission] = []
-        for rec in list(self.pending.values()):
+        for rec in self.queue.expiring(now):
             mw = rec.spec.max_wait
-            if mw is not None and now - rec.arrival >= mw:
-                del self.pending[rec.job_id]
-                self.closed[rec.job_id] = JobPhase.EXPIRED
-                last = "; ".join(r.message for r in self.pending_reasons_of(rec))
-                reason = f"expired: pending {now - rec.arrival:.6g} s, max_wait {mw:.6g} s"
-                expired.append(Admission(
-                    rec.job_id, False, reason + (f" ({last})" if last else ""),
-                    reasons=rec.reasons or (),
-                ))
-        placed: list[Admission] = []
-        due = self._uses_flow() and self._drain is None and any(
-            self._last_cycle < r.arrival + RESERVE_AFTER <= now for r in self.pending.values()
-        )
-        if not self.pending or not (self._changed or expired or due):
+            self.closed[rec.job_id] = JobPhase.EXPIRED
+            last = "; ".join(r.message for r in self.pending_reasons_of(rec))
+            reason = f"expired: pending {now - rec.arrival:.6g} s, max_wait {mw:.6g} s"
+            expired.append(Admission(
+                rec.job_id, False, reason + (f" ({last})" if last else ""),
+                reasons=rec.reasons or (),
+            ))
+        reserve_after = self._reserve_after()
+        due = reserve_after is not None and self.queue.reserve_due(now, reserve_after)
+        if not self.pending or not (self.queue.changed or expired or due):
             return QueueCycle((), tuple(expired))
-        self._last_cycle = now
-        self.cycles_run += 1
-        order = sorted(self.pending.values(), key=lambda r: (-r.spec.priority, r.arrival, r.seq))
-        if self._uses_flow():
-            placed += self._flow_cycle(now, order)
-        else:
-            for rec in order:
-                got = self._try_place(rec.job_id, rec.spec)
-                if isinstance(got, str):
-                    rec.reasons = None  # worked out when asked, on the budgets then
-                    continue
-                del self.pending[rec.job_id]
-                placed.append(self._start(rec.job_id, rec.spec, now, *got))
-        self._changed = bool(placed)
-        return QueueCycle(tuple(placed), tuple(expired))
-
-    def _flow_cycle(self, now: float, order: list[PendingRecord]) -> list[Admission]:
-        """A flow cycle, with the drain reservation (docs/decisions.md): the job the
-        solver picked to hold nodes (it waited longest, ``reserve_after``) gets a set of
-        nodes, kept from every other strict job from then on, and is placed there as
-        soon as they have room; the rest of the queue is solved on the other nodes."""
+        self.queue.last_cycle = now
+        self.queue.cycles_run += 1
+        order = self.queue.ordered()
+        jobs = tuple(self._queued(r.job_id, r.spec, r.arrival) for r in order)
+        reply = self.placement.place(self._request(now, jobs, queue=True), self.rng)
         placed: list[Admission] = []
-        if self._drain is not None and self._drain[0] not in self.pending:
-            self._drain = None
-        held: tuple[str, ...] = ()
-        if self._drain is not None:
-            hid, held = self._drain
-            head = self.pending[hid]
-            _, _, rates = self._shape(head.spec)
-            room = {n: self.budget(n) - self.committed[n] for n in held}
-            nodes = self._assign(head.spec, rates, room, held)
-            if nodes is not None:
-                del self.pending[hid]
-                self._drain = None
-                held = ()
-                placed.append(self._start(hid, head.spec, now, *self._shape(head.spec)[:2],
-                                          rates, nodes))
-            else:
-                head.reasons = (PendingReason(
-                    ReasonKind.RESERVED,
-                    f"holds nodes {', '.join(held)}: placed there once the jobs running on "
-                    "them finish",
-                ),)
-        rest = [r for r in order if r.job_id in self.pending
-                and (self._drain is None or r.job_id != self._drain[0])]
-        jobs = [self._pending_job(r.job_id, r.spec, r.arrival) for r in rest]
-        if not jobs:
-            return placed
-        reply = self._flow_reply(now, jobs, fair=True, held=held)
-        if not reply.placements and not any(self.committed.values()):
-            # Liveness: fair-share bounds never keep an idle grid idle.
-            reply = self._flow_reply(now, jobs, fair=False, held=held)
-        for rec in rest:
-            nodes = reply.placements.get(rec.job_id)
-            if nodes is None:
-                why = reply.pending.get(rec.job_id, ())
-                if held:
-                    why += (PendingReason(
-                        ReasonKind.RESERVED,
-                        f"nodes {', '.join(held)} are held for job {self._drain[0]}"  # type: ignore[index]
-                        " , which has waited longer",
-                    ),)
-                rec.reasons = why
-                continue
-            del self.pending[rec.job_id]
-            works, weights, rates = self._shape(rec.spec)
-            placed.append(self._start(rec.job_id, rec.spec, now, works, weights, rates, nodes))
-        if held and self._drain is not None:
-            placed += self._backfill(now, self._drain[0], held)
-        rid = reply.reserved_for
-        if self._drain is None and rid is not None and rid in self.pending:
-            spec = self.pending[rid].spec
-            _, _, rates = self._shape(spec)
-            # The nodes that drain first: least committed, then by name.
-            order_n = sorted(self.nodes, key=lambda n: (self.committed[n], n))
-            whole = {n: self.budget(n) for n in order_n}
-            nodes = self._assign(spec, rates, whole, tuple(order_n))
-            if nodes is not None:
-                self._drain = (rid, tuple(sorted(set(nodes))))
-                self.pending[rid].reasons = (PendingReason(
-                    ReasonKind.RESERVED,
-                    f"holds nodes {', '.join(self._drain[1])}: placed there once the jobs "
-                    "running on them finish",
-                ),)
-        return placed
-
-    def _backfill(self, now: float, hid: str, held: tuple[str, ...]) -> list[Admission]:
-        """EASY backfilling on the held nodes: a pending job whose expected run time
-        (``max_i w_i / x_i``, s) ends by the held job's *shadow* time (when the jobs now
-        running on the held nodes are expected to have left it room, :meth:`_shadow`)
-        may use the free budget anywhere, held nodes included, so the hold does not idle
-        what it cannot use yet. Candidates are solved as one flow (fair shares, no new
-        hold), in priority then submission order. A job that outruns its estimate delays
-        the held one; under pace control a strict subtask runs at its expected rate."""
-        shadow = self._shadow(hid, held)
-        if shadow is None or shadow <= now:
-            return []
-        order = sorted(self.pending.values(), key=lambda r: (-r.spec.priority, r.arrival, r.seq))
-        cands = []
+        for job_id, p in reply.placed.items():
+            rec = self.pending.pop(job_id)
+            placed.append(self._start(job_id, rec.spec, now, p))
         for rec in order:
-            if rec.job_id == hid or rec.spec.qos is not QosClass.STRICT:
-                continue
-            works, _, rates = self._shape(rec.spec)
-            run = max((w / x for w, x in zip(works, rates) if x > 0), default=math.inf)
-            if now + run <= shadow + 1e-9:
-                cands.append(rec)
-        if not cands:
-            return []
-        jobs = [self._pending_job(r.job_id, r.spec, r.arrival) for r in cands]
-        reply = self._flow_reply(now, jobs, fair=True, reserve=False)
-        placed = []
-        for rec in cands:
-            nodes = reply.placements.get(rec.job_id)
-            if nodes is None:
-                continue
-            del self.pending[rec.job_id]
-            works, weights, rates = self._shape(rec.spec)
-            placed.append(self._start(rec.job_id, rec.spec, now, works, weights, rates, nodes))
-        return placed
-
-    def _shadow(self, hid: str, held: tuple[str, ...]) -> float | None:
-        """When the held job ``hid`` is expected to fit on its held nodes (s): for each
-        held node, the time its running strict subtasks (each expected to end at its
-        start plus ``work / expected rate``) have released enough budget for the held
-        job's subtask there; the latest of those. None if it cannot be worked out."""
-        spec = self.pending[hid].spec
-        _, _, rates = self._shape(spec)
-        nodes = self._assign(spec, rates, {n: self.budget(n) for n in held}, held)
-        if nodes is None:
-            return None
-        need = dict(zip(nodes, rates))
-        ends: dict[str, list[tuple[float, float]]] = {n: [] for n in need}
-        for job in self.jobs.values():
-            if job.spec.qos is not QosClass.STRICT:
-                continue
-            for i in job.running:
-                st = job.subtasks[i]
-                if st.node in ends and st.expected_rate > 0:
-                    ends[st.node].append((job.arrival + st.work / st.expected_rate,
-                                          st.expected_rate))
-        shadow = -math.inf
-        for n, rate in need.items():
-            committed = self.committed[n]
-            t_n = -math.inf
-            for end, r in sorted(ends[n]):
-                if committed <= self.budget(n) - rate + 1e-9:
-                    break
-                committed -= r
-                t_n = end
-            shadow = max(shadow, t_n)
-        return shadow
-
-    def _assign(
-        self, spec: JobSpec, rates: list[float], room: Mapping[str, float],
-        order: tuple[str, ...],
-    ) -> tuple[str, ...] | None:
-        """Subtasks (largest rate first) on distinct nodes of ``order`` with the labels and
-        ``room[node]`` for them (first fit), or None."""
-        used: set[str] = set()
-        chosen = [""] * len(rates)
-        for i in sorted(range(len(rates)), key=lambda i: (-rates[i], i)):
-            labels = spec.labels_of(i)
-            for n in order:
-                if n not in used and n not in self.down and labels <= self.nodes[n].labels \
-                        and rates[i] <= room[n] + 1e-9:
-                    chosen[i] = n
-                    used.add(n)
-                    break
-            else:
-                return None
-        return tuple(chosen)
+            if rec.job_id in self.pending:
+                rec.reasons = reply.reasons.get(rec.job_id)
+        self.queue.hold = reply.hold
+        self.queue.changed = bool(placed)
+        return QueueCycle(tuple(placed), tuple(expired))
 
     def pending_reasons(self, job_id: str) -> tuple[PendingReason, ...]:
         """Why the pending job ``job_id`` is not running, one reason per constraint it
@@ -613,10 +411,9 @@ class GlobalManagerCore:
 
     def pending_reasons_of(self, rec: PendingRecord) -> tuple[PendingReason, ...]:
         if rec.reasons is None:
-            reply = self._flow_reply(
-                rec.arrival, [self._pending_job(rec.job_id, rec.spec, rec.arrival)], fair=False
-            )
-            rec.reasons = reply.pending.get(rec.job_id) or (
+            job = self._queued(rec.job_id, rec.spec, rec.arrival)
+            why = explain(self._request(rec.arrival, (job,), queue=False)).get(rec.job_id)
+            rec.reasons = why or (
                 PendingReason(
                     ReasonKind.GANG,
                     f"{self.placement.name} placement found no distinct nodes for all its "
@@ -627,129 +424,12 @@ class GlobalManagerCore:
 
     def next_expiry(self) -> float | None:
         """The earliest time (s) a pending job's ``max_wait`` runs out, if any."""
-        times = [r.arrival + r.spec.max_wait for r in self.pending.values()
-                 if r.spec.max_wait is not None]
-        return min(times) if times else None
+        return self.queue.next_expiry()
 
     def job_state(self, job_id: str) -> JobPhase:
         if job_id in self.pending:
             return JobPhase.PENDING
-        if job_id in self.closed:
-            return self.closed[job_id]
-        job = self.jobs.get(job_id)
-        if job is None:
-            raise KeyError(job_id)
-        if job.cancelled:
-            return JobPhase.CANCELLED
-        return JobPhase.RUNNING if job.running else JobPhase.COMPLETED
-
-    def _uses_flow(self) -> bool:
-        return self.placement.name == "flow" and all(
-            math.isfinite(b) for b in self.node_budgets().values()
-        )
-
-    def _pending_job(self, job_id: str, spec: JobSpec, arrival: float) -> PendingJob:
-        _, _, rates = self._shape(spec)
-        subs = tuple(PendingSubtask(r, spec.labels_of(i)) for i, r in enumerate(rates))
-        return PendingJob(job_id, spec.user, subs, spec.priority, arrival)
-
-    def _node_states(
-        self, empty: bool = False, held: tuple[str, ...] = ()
-    ) -> tuple[NodeState, ...]:
-        """The nodes for the solver; ``held`` ones (drained for a waiting job) have no
-        room for anybody else."""
-        out = []
-        for n in self.nodes.values():
-            if n.name in self.down and not empty:
-                continue
-            b = self.budget(n.name)
-            c = 0.0 if empty else self.committed[n.name]
-            free = 0.0 if n.name in held else b - c
-            out.append(NodeState(n.name, n.cpu_rate, free, n.labels, c))
-        return tuple(out)
-
-    def _flow_reply(
-        self, now: float, jobs: list[PendingJob], fair: bool, held: tuple[str, ...] = (),
-        reserve: bool = True,
-    ) -> FlowPlacementReply:
-        """Solve one cycle. ``fair``: per-user bounds, each user's weighted-DRF share of
-        the grid's QoS capacity (:func:`fair_shares`, equal weights) but never below its
-        largest pending job, so that a job larger than its user's share can still run
-        when the user holds nothing else (else it would wait as long as anyone else
-        has demand, reservation or not); otherwise no bounds."""
-        holds = {u: h for u, h in sorted(self.user_held.items()) if h > 0}
-        pend: dict[str, float] = {}
-        biggest: dict[str, float] = {}
-        for j in jobs:
-            rate = math.fsum(s.rate for s in j.subtasks)
-            pend[j.user] = pend.get(j.user, 0.0) + rate
-            biggest[j.user] = max(biggest.get(j.user, 0.0), rate)
-        names = list(holds) + [u for u in pend if u not in holds]
-        if fair:
-            capacity = math.fsum(self.node_budgets().values())
-            shares = fair_shares(capacity, [UserShare(u, held=holds.get(u, 0.0)) for u in names],
-                                 pend)
-            bounds = {u: max(shares[u], biggest.get(u, 0.0)) for u in names}
-        else:
-            bounds = dict.fromkeys(names, math.inf)
-        users = tuple(UserShare(u, held=holds.get(u, 0.0), bound=bounds[u]) for u in names)
-        return flow_place_pending(FlowPlacementRequest(
-            now, tuple(jobs), self._node_states(held=held), users,
-            qos_share=self.config.qos_share,
-            reserve_after=RESERVE_AFTER if reserve and not held else None,
-        ))
-
-    def _never_placeable(self, job_id: str, spec: JobSpec) -> tuple[PendingReason, ...]:
-        """Reasons ``spec`` could not be placed even on an empty grid (labels no node
-        carries, a subtask above every whole budget, too few eligible nodes)."""
-        if spec.qos is not QosClass.STRICT:
-            labels = [spec.labels_of(i) for i in range(spec.n_subtasks)]
-            out = [PendingReason(ReasonKind.LABELS,
-                                 f"subtask {i}: no node has the labels {', '.join(sorted(lab))}",
-                                 i)
-                   for i, lab in enumerate(labels)
-                   if not any(lab <= n.labels for n in self.nodes.values())]
-            return tuple(out)
-        if not all(math.isfinite(b) for b in self.node_budgets().values()):
-            return ()
-        reply = flow_place_pending(FlowPlacementRequest(
-            0.0, (self._pending_job(job_id, spec, 0.0),), self._node_states(empty=True),
-            (UserShare(spec.user, bound=math.inf),), qos_share=self.config.qos_share,
-            reserve_after=None,
-        ))
-        return reply.pending.get(job_id, ())
-
-    def _rates(self, spec: JobSpec, works: list[float], weights: list[float]) -> list[float]:
-        if spec.duration:
-            u = max(w / r for w, r in zip(works, weights)) / spec.duration
-        else:
-            u = self.config.rate_per_weight
-        return [r * u for r in weights]
-
-    def _split(
-        self, job_id: str, spec: JobSpec, checked: bool
-    ) -> tuple[list[float], list[float], list[float], PlacementReply]:
-        n = int(spec.parallelism or 0)
-        total_work = float(spec.total_work or 0.0)
-        # A missing total weight means 1 per subtask, as in job files.
-        total_weight = float(spec.total_weight if spec.total_weight is not None else n)
-        ranked = self.placement.rank(self._loads(), checked, self.rng)[:n]
-        if len(ranked) < n:
-            return [], [], [], PlacementReply(
-                None, f"{n} subtasks but only {len(ranked)} nodes are up"
-            )
-        basis = [max(nl.free, 0.0) if checked else nl.cpu_rate for nl in ranked]
-        if sum(basis) <= 0:
-            basis = [nl.cpu_rate for nl in ranked]
-        weights = [total_weight * f / sum(basis) for f in basis]
-        works = [total_work * r / total_weight for r in weights]
-        rates = self._rates(spec, works, weights)
-        if checked:
-            for i, (nl, x) in enumerate(zip(ranked, rates)):
-                if x > nl.free + 1e-9:
-                    reason = f"no free node can take subtask {i} (expected rate {x:.6g} Mcycles/s)"
-                    return works, weights, rates, PlacementReply(None, reason)
-        return works, weights, rates, PlacementReply(tuple(nl.name for nl in ranked))
+        return self.table.state(job_id)
 
     # ---------------------------------------------------------------- lifecycle
     def subtask_finished(self, job_id: str, index: int) -> bool:
@@ -785,18 +465,12 @@ class GlobalManagerCore:
         queue mode: a requeued job is never dropped for not fitting at once."""
         running = self.cancel(job_id)
         del self.jobs[job_id]
-        self._seq += 1
-        self.pending[job_id] = PendingRecord(spec, job_id, now, self._seq)
-        self._changed = True
+        self.queue.add(spec, job_id, now)
         return running
 
     def _release(self, s: Subtask, spec: JobSpec) -> None:
-        self._changed = True
-        if spec.qos is QosClass.STRICT:
-            self.committed[s.node] = max(0.0, self.committed[s.node] - s.expected_rate)
-            held = self.user_held.get(spec.user, 0.0) - s.expected_rate
-            self.user_held[spec.user] = held if held > 1e-9 else 0.0
-        self.load[s.node] = max(0.0, self.load[s.node] - s.expected_rate)
+        self.queue.changed = True
+        self.table.release(s, spec)
 
     def committed_view(self) -> Mapping[str, float]:
         return dict(self.committed)
@@ -811,16 +485,17 @@ class GlobalManagerCore:
         from workloads.spec import job_to_dict
 
         version, internal, gauss = self.rng.getstate()
+        hold = self.queue.hold
         return {
-            "next_id": self._next_id,
-            "seq": self._seq,
+            "next_id": self.table.next_id,
+            "seq": self.queue.seq,
             "rng": [version, list(internal), gauss],
             "committed": dict(self.committed),
             "load": dict(self.load),
             "user_held": dict(self.user_held),
             "down": sorted(self.down),
             "closed": {j: st.value for j, st in self.closed.items()},
-            "drain": None if self._drain is None else [self._drain[0], list(self._drain[1])],
+            "drain": None if hold is None else [hold.job_id, list(hold.nodes)],
             "jobs": [
                 {
                     "job_id": j.job_id,
@@ -853,19 +528,15 @@ class GlobalManagerCore:
             raise ValueError(f"committed: nodes {sorted(unknown)} do not match this core's")
         version, internal, gauss = snap["rng"]
         self.rng.setstate((int(version), tuple(int(x) for x in internal), gauss))
-        self._next_id = int(snap["next_id"])
-        self._seq = int(snap.get("seq", 0))
-        self.committed = {n: float(snap["committed"][n]) for n in self.nodes}
-        self.load = {n: float(snap["load"][n]) for n in self.nodes}
-        self.user_held = {str(u): float(h) for u, h in snap.get("user_held", {}).items()}
-        self.down = {str(n) for n in snap.get("down", [])} & set(self.nodes)
-        self.closed = {str(j): JobPhase(st) for j, st in snap.get("closed", {}).items()}
-        drain = snap.get("drain")
-        self._drain = None if not drain else (str(drain[0]), tuple(str(n) for n in drain[1]))
-        self.jobs = {}
+        table = JobTable(self.nodes)
+        table.next_id = int(snap["next_id"])
+        table.committed = {n: float(snap["committed"][n]) for n in self.nodes}
+        table.load = {n: float(snap["load"][n]) for n in self.nodes}
+        table.user_held = {str(u): float(h) for u, h in snap.get("user_held", {}).items()}
+        table.closed = {str(j): JobPhase(st) for j, st in snap.get("closed", {}).items()}
         for j in snap["jobs"]:
             job_id = str(j["job_id"])
-            self.jobs[job_id] = JobRecord(
+            table.jobs[job_id] = JobRecord(
                 spec_of(j["spec"], job_id),
                 job_id,
                 float(j["arrival"]),
@@ -873,13 +544,21 @@ class GlobalManagerCore:
                 {int(i) for i in j["running"]},
                 bool(j["cancelled"]),
             )
-        self.pending = {}
+        queue = PendingQueue()
+        queue.seq = int(snap.get("seq", 0))
+        drain = snap.get("drain")
+        queue.hold = None if not drain else NodeHold(str(drain[0]),
+                                                      tuple(str(n) for n in drain[1]))
         for r in snap.get("pending", []):
             job_id = str(r["job_id"])
-            self.pending[job_id] = PendingRecord(
+            queue.records[job_id] = PendingRecord(
                 spec_of(r["spec"], job_id), job_id, float(r["arrival"]), int(r["seq"])
             )
-        self._changed = True
+        queue.changed = True
+        queue.last_cycle = self.queue.last_cycle
+        queue.cycles_run = self.queue.cycles_run
+        self.table, self.queue = table, queue
+        self.down = {str(n) for n in snap.get("down", [])} & set(self.nodes)
 
 
 def _with_job_id(spec: JobSpec, job_id: str) -> JobSpec:

@@ -1,0 +1,682 @@
+"""The placement interface (``docs/model.md`` §3, "Admission"; §4, "Min-cost max-flow
+scheduler"): one pure solver per placement policy, from a frozen :class:`CycleRequest`
+(the grid as the global manager sees it and the jobs to place, in queue order) to a
+frozen :class:`CycleReply` (a node per subtask for every job placed, in the order they
+were placed; reasons for the others; the flow policy's node hold).
+
+Implementations, registered by name in :data:`placement_policies`:
+
+- ``least_loaded`` and ``random`` (:class:`GreedyPlacement`): the jobs in queue order,
+  each placed whole by :func:`first_fit` on the policy's node ranking, or skipped (a job
+  that does not fit does not hold back the ones behind it);
+- ``flow`` (:class:`FlowPlacement`): the whole queue as one min-cost flow
+  (:mod:`global_manager.flow_placement`) with fair-share bounds and a drain reservation
+  for the job that waited longest, EASY-backfilled (``docs/decisions.md``).
+
+Pure apart from the draws a policy's ranking makes from the ``rng`` it is given. Rates,
+budgets and loads in Mcycles/s, speeds in MHz, times in seconds of model time.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol
+
+from global_manager.flow_placement import (
+    FlowPlacementReply,
+    FlowPlacementRequest,
+    NodeState,
+    PendingJob,
+    PendingReason,
+    PendingSubtask,
+    ReasonKind,
+    UserShare,
+    fair_shares,
+)
+from global_manager.flow_placement import place_pending as flow_place_pending
+from global_manager.registry import Registry
+
+#: Seconds a job waits before flow placement may hold nodes for it.
+RESERVE_AFTER = 600.0
+#: Absolute slack in "fits the free budget" of the greedy first fit (Mcycles/s).
+FIT_EPS = 1e-9
+
+
+# --------------------------------------------------------------------------- records
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    """A node as placement sees it. ``committed``: strict expected rates it carries;
+    ``budget``: what admission lets it carry; ``load``: all grid QoS and best-effort
+    weights on it. All Mcycles/s. ``labels``: what it carries."""
+
+    name: str
+    cpu_rate: float
+    committed: float
+    budget: float
+    load: float
+    labels: frozenset[str] = frozenset()
+
+    @property
+    def free(self) -> float:
+        return self.budget - self.committed
+
+
+@dataclass(frozen=True, slots=True)
+class GridNode:
+    """A node of the grid for one placement call: ``speed`` (MHz), strict ``budget`` and
+    ``committed`` rate, ``load`` (all grid rates on it), ``labels``; ``up``: False when
+    its manager is dead, stale or lost (placement skips it)."""
+
+    name: str
+    speed: float
+    budget: float
+    committed: float
+    load: float
+    labels: frozenset[str] = frozenset()
+    up: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SplitShape:
+    """How a job given by ``parallelism`` is split on the nodes greedy placement picks:
+    node ``j`` gets weight ``total_weight * f_j / sum f`` (``f_j`` its free budget for
+    strict jobs, else its CPU rate) and work ``total_work * r_j / total_weight``
+    (Mcycles); the expected rates follow from :func:`expected_rates`."""
+
+    parallelism: int
+    total_work: float
+    total_weight: float
+    duration: float | None
+    rate_per_weight: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A job to place whole: per subtask its work (Mcycles), relative weight, expected
+    rate (Mcycles/s) and labels (a ``parallelism`` job split evenly; ``split`` tells
+    greedy placement how to split it on the nodes it picks instead). ``strict``: its
+    rates count against the budgets. ``arrival``: when it was submitted (s)."""
+
+    job_id: str
+    user: str
+    works: tuple[float, ...]
+    weights: tuple[float, ...]
+    rates: tuple[float, ...]
+    labels: tuple[frozenset[str], ...]
+    strict: bool = True
+    priority: int = 0
+    arrival: float = 0.0
+    split: SplitShape | None = None
+
+    @property
+    def run_time(self) -> float:
+        """Expected run time at the expected rates, ``max_i w_i / x_i`` (s)."""
+        return max((w / x for w, x in zip(self.works, self.rates) if x > 0), default=math.inf)
+
+    def pending_job(self) -> PendingJob:
+        subs = tuple(PendingSubtask(r, lab) for r, lab in zip(self.rates, self.labels))
+        return PendingJob(self.job_id, self.user, subs, self.priority, self.arrival)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningSubtask:
+    """A running strict subtask: its ``node``, expected ``rate`` (Mcycles/s) and
+    expected end (s: its start plus work over expected rate)."""
+
+    node: str
+    rate: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHold:
+    """Nodes held for the pending job ``job_id`` (flow's drain reservation)."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleRequest:
+    """One placement call at ``now`` (s). ``queue``: a placement cycle over the pending
+    queue (``jobs`` in priority then submission order), else the placement of one
+    submitted job that is rejected if it does not fit. ``nodes``: every node of the grid
+    (down ones flagged); ``held``: strict rate each user's running jobs hold; ``running``:
+    the running strict subtasks; ``hold``: the nodes held from the previous cycle."""
+
+    now: float
+    jobs: tuple[QueuedJob, ...]
+    nodes: tuple[GridNode, ...]
+    qos_share: float = 0.5
+    queue: bool = True
+    held: Mapping[str, float] = field(default_factory=dict)
+    running: tuple[RunningSubtask, ...] = ()
+    hold: NodeHold | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A placed job: the node of each subtask and the shape it runs with (works in
+    Mcycles, relative weights, expected rates in Mcycles/s)."""
+
+    nodes: tuple[str, ...]
+    works: tuple[float, ...]
+    weights: tuple[float, ...]
+    rates: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReply:
+    """``placed``: the jobs placed, in the order they were placed; ``reasons``: for jobs
+    not placed, one reason per constraint they fail (absent: worked out when asked);
+    ``messages``: a one-line reason for each job not placed; ``hold``: the node hold
+    after this call."""
+
+    placed: Mapping[str, Placement]
+    reasons: Mapping[str, tuple[PendingReason, ...]] = field(default_factory=dict)
+    messages: Mapping[str, str] = field(default_factory=dict)
+    hold: NodeHold | None = None
+
+
+class PlacementPolicy(Protocol):
+    """A placement policy: ranks nodes for one job and places a whole request."""
+
+    @property
+    def name(self) -> str: ...
+
+    #: Whether :meth:`place` may hold nodes for a job that waited ``RESERVE_AFTER``
+    #: (a queue cycle is then due when a job reaches it, even if nothing else changed).
+    @property
+    def reserves(self) -> bool: ...
+
+    def rank(
+        self, nodes: tuple[NodeLoad, ...], checked: bool, rng: random.Random
+    ) -> list[NodeLoad]:
+        """Nodes in the order they should be tried."""
+        ...
+
+    def place(self, request: CycleRequest, rng: random.Random) -> CycleReply:
+        """Place what can be placed of ``request``, all or nothing per job."""
+        ...
+
+
+placement_policies: Registry[PlacementPolicy] = Registry("placement policy")
+
+
+# --------------------------------------------------------------------- pure helpers
+def expected_rates(
+    works: Sequence[float], weights: Sequence[float], duration: float | None,
+    rate_per_weight: float,
+) -> list[float]:
+    """``x_i = r_i * u_t`` with ``u_t = max_i(w_i / r_i) / D_t`` for a job with a target
+    duration ``D_t`` (s), else ``rate_per_weight`` (Mcycles/s per weight unit)."""
+    if duration:
+        u = max(w / r for w, r in zip(works, weights)) / duration
+    else:
+        u = rate_per_weight
+    return [r * u for r in weights]
+
+
+def split_on(
+    split: SplitShape, basis: Sequence[float]
+) -> tuple[list[float], list[float], list[float]]:
+    """Works, weights and expected rates of ``split`` on nodes weighted by ``basis``."""
+    weights = [split.total_weight * f / sum(basis) for f in basis]
+    works = [split.total_work * r / split.total_weight for r in weights]
+    return works, weights, expected_rates(works, weights, split.duration,
+                                          split.rate_per_weight)
+
+
+def first_fit(
+    rates: Sequence[float], labels: Sequence[frozenset[str]], ranked: Sequence[NodeLoad],
+    checked: bool,
+) -> tuple[str, ...] | int:
+    """The one all-or-nothing greedy loop: subtasks in decreasing rate (ties by index),
+    each on the first node of ``ranked`` that is still unused, carries its labels
+    (``labels`` empty: none asked) and, if ``checked``, has free budget for it. The
+    nodes by subtask, or the index of the first subtask that found none."""
+    used: set[str] = set()
+    chosen = [""] * len(rates)
+    for i in sorted(range(len(rates)), key=lambda i: (-rates[i], i)):
+        for node in ranked:
+            if node.name in used or (labels and not labels[i] <= node.labels):
+                continue
+            if checked and rates[i] > node.free + FIT_EPS:
+                continue
+            chosen[i] = node.name
+            used.add(node.name)
+            break
+        else:
+            return i
+    return tuple(chosen)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRequest:
+    """Place ``rates`` (one expected rate per subtask, Mcycles/s) on distinct nodes.
+    ``checked``: whether the rates count against the budgets (strict jobs)."""
+
+    rates: tuple[float, ...]
+    checked: bool
+    nodes: tuple[NodeLoad, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementReply:
+    """``nodes[i]`` is the node of subtask ``i``; ``None`` with a ``reason`` if rejected."""
+
+    nodes: tuple[str, ...] | None
+    reason: str = ""
+
+    @property
+    def admitted(self) -> bool:
+        return self.nodes is not None
+
+
+def place(request: PlacementRequest, policy: PlacementPolicy, rng: random.Random) -> PlacementReply:
+    """All-or-nothing placement of one unlabelled job on distinct nodes: :func:`first_fit`
+    on ``policy``'s ranking. Pure apart from the draws ``policy`` makes from ``rng``."""
+    n = len(request.rates)
+    if n == 0:
+        return PlacementReply(None, "job has no subtasks")
+    if n > len(request.nodes):
+        return PlacementReply(None, f"{n} subtasks but only {len(request.nodes)} nodes")
+    got = first_fit(request.rates, (), policy.rank(request.nodes, request.checked, rng),
+                    request.checked)
+    if isinstance(got, int):
+        return PlacementReply(
+            None, f"no free node can take subtask {got} "
+            f"(expected rate {request.rates[got]:.6g} Mcycles/s)",
+        )
+    return PlacementReply(got)
+
+
+# ----------------------------------------------------------------------- grid state
+class _Grid:
+    """The request's grid, updated as the call places jobs (as the core will)."""
+
+    def __init__(self, req: CycleRequest) -> None:
+        self.req = req
+        self.nodes = {n.name: n for n in req.nodes}
+        self.committed = {n.name: n.committed for n in req.nodes}
+        self.load = {n.name: n.load for n in req.nodes}
+        self.held = dict(req.held)
+        self.running = list(req.running)
+        self.placed: dict[str, Placement] = {}
+
+    def loads(self) -> tuple[NodeLoad, ...]:
+        return tuple(
+            NodeLoad(n.name, n.speed, self.committed[n.name], n.budget, self.load[n.name],
+                     n.labels)
+            for n in self.req.nodes if n.up
+        )
+
+    def budgets_finite(self) -> bool:
+        return all(math.isfinite(n.budget) for n in self.req.nodes)
+
+    def commit(self, job: QueuedJob, p: Placement) -> None:
+        """Record ``job`` placed as ``p`` (the core's bookkeeping, in the same order)."""
+        for node, rate, work in zip(p.nodes, p.rates, p.works):
+            if job.strict:
+                self.committed[node] += rate
+                self.held[job.user] = self.held.get(job.user, 0.0) + rate
+                if rate > 0:
+                    self.running.append(RunningSubtask(node, rate, self.req.now + work / rate))
+            self.load[node] += rate
+        self.placed[job.job_id] = p
+
+    def states(self, held: tuple[str, ...] = ()) -> tuple[NodeState, ...]:
+        """The up nodes for the flow solver; ``held`` ones have no room for anybody."""
+        out = []
+        for n in self.req.nodes:
+            if not n.up:
+                continue
+            c = self.committed[n.name]
+            free = 0.0 if n.name in held else n.budget - c
+            out.append(NodeState(n.name, n.speed, free, n.labels, c))
+        return tuple(out)
+
+
+# ------------------------------------------------------------------ greedy policies
+class GreedyPlacement:
+    """Jobs in queue order, each placed whole by :func:`first_fit` on :meth:`rank`."""
+
+    name: str = ""
+    reserves: bool = False
+
+    def rank(
+        self, nodes: tuple[NodeLoad, ...], checked: bool, rng: random.Random
+    ) -> list[NodeLoad]:
+        raise NotImplementedError
+
+    def place(self, request: CycleRequest, rng: random.Random) -> CycleReply:
+        grid = _Grid(request)
+        messages: dict[str, str] = {}
+        for job in request.jobs:
+            got = self.place_one(job, grid, rng)
+            if isinstance(got, str):
+                messages[job.job_id] = got
+            else:
+                grid.commit(job, got)
+        return CycleReply(MappingProxyType(grid.placed), messages=MappingProxyType(messages),
+                          hold=request.hold)
+
+    def place_one(self, job: QueuedJob, grid: _Grid, rng: random.Random) -> Placement | str:
+        """``job`` on the grid as it stands: its placement, or why not."""
+        checked = job.strict
+        loads = grid.loads()
+        if job.split is not None:
+            return self._split(job.split, loads, checked, rng)
+        rates = job.rates
+        if any(job.labels):
+            ranked = self.rank(loads, checked, rng)
+            got = first_fit(rates, job.labels, ranked, checked)
+            if isinstance(got, int):
+                return (f"no free node with labels {', '.join(sorted(job.labels[got])) or '(none)'}"
+                        f" can take subtask {got} (expected rate {rates[got]:.6g} Mcycles/s)")
+        else:
+            reply = place(PlacementRequest(rates, checked, loads), self, rng)
+            if reply.nodes is None:
+                return reply.reason
+            got = reply.nodes
+        return Placement(got, job.works, job.weights, rates)
+
+    def _split(
+        self, split: SplitShape, loads: tuple[NodeLoad, ...], checked: bool, rng: random.Random
+    ) -> Placement | str:
+        n = split.parallelism
+        ranked = self.rank(loads, checked, rng)[:n]
+        if len(ranked) < n:
+            return f"{n} subtasks but only {len(ranked)} nodes are up"
+        basis = [max(nl.free, 0.0) if checked else nl.cpu_rate for nl in ranked]
+        if sum(basis) <= 0:
+            basis = [nl.cpu_rate for nl in ranked]
+        works, weights, rates = split_on(split, basis)
+        if checked:
+            for i, (nl, x) in enumerate(zip(ranked, rates)):
+                if x > nl.free + FIT_EPS:
+                    return f"no free node can take subtask {i} (expected rate {x:.6g} Mcycles/s)"
+        return Placement(tuple(nl.name for nl in ranked), tuple(works), tuple(weights),
+                         tuple(rates))
+
+
+@placement_policies.register("least_loaded")
+@dataclass(frozen=True, slots=True)
+class LeastLoaded(GreedyPlacement):
+    """Most free budget first for strict jobs, lowest load per MHz for the others;
+    ties by node name so the order is deterministic."""
+
+    name: str = "least_loaded"
+
+    def rank(
+        self, nodes: tuple[NodeLoad, ...], checked: bool, rng: random.Random
+    ) -> list[NodeLoad]:
+        if checked:
+            return sorted(nodes, key=lambda n: (-n.free, n.name))
+        return sorted(nodes, key=lambda n: (n.load / n.cpu_rate, n.name))
+
+
+@placement_policies.register("random")
+@dataclass(frozen=True, slots=True)
+class RandomPlacement(GreedyPlacement):
+    """A uniformly random order drawn from the run's seeded RNG."""
+
+    name: str = "random"
+
+    def rank(
+        self, nodes: tuple[NodeLoad, ...], checked: bool, rng: random.Random
+    ) -> list[NodeLoad]:
+        order = sorted(nodes, key=lambda n: n.name)
+        rng.shuffle(order)
+        return order
+
+
+# ---------------------------------------------------------------------- flow policy
+def flow_solve(
+    grid: _Grid, jobs: Sequence[QueuedJob], fair: bool, held: tuple[str, ...] = (),
+    reserve: bool = True, now: float | None = None,
+) -> FlowPlacementReply:
+    """One flow solve over ``grid``. ``fair``: per-user bounds, each user's weighted-DRF
+    share of the grid's QoS capacity (:func:`fair_shares`, equal weights) but never
+    below its largest pending job, so that a job larger than its user's share can still
+    run when the user holds nothing else (else it would wait as long as anyone else has
+    demand, reservation or not); otherwise no bounds."""
+    holds = {u: h for u, h in sorted(grid.held.items()) if h > 0}
+    pend: dict[str, float] = {}
+    biggest: dict[str, float] = {}
+    pjobs = [j.pending_job() for j in jobs]
+    for j in pjobs:
+        rate = math.fsum(s.rate for s in j.subtasks)
+        pend[j.user] = pend.get(j.user, 0.0) + rate
+        biggest[j.user] = max(biggest.get(j.user, 0.0), rate)
+    names = list(holds) + [u for u in pend if u not in holds]
+    if fair:
+        capacity = math.fsum(n.budget for n in grid.req.nodes)
+        shares = fair_shares(capacity, [UserShare(u, held=holds.get(u, 0.0)) for u in names],
+                             pend)
+        bounds = {u: max(shares[u], biggest.get(u, 0.0)) for u in names}
+    else:
+        bounds = dict.fromkeys(names, math.inf)
+    users = tuple(UserShare(u, held=holds.get(u, 0.0), bound=bounds[u]) for u in names)
+    return flow_place_pending(FlowPlacementRequest(
+        grid.req.now if now is None else now, tuple(pjobs), grid.states(held=held), users,
+        qos_share=grid.req.qos_share,
+        reserve_after=RESERVE_AFTER if reserve and not held else None,
+    ))
+
+
+def explain(request: CycleRequest) -> Mapping[str, tuple[PendingReason, ...]]:
+    """Why each job of ``request`` is not placed on the grid as it stands, one reason
+    per constraint it fails (a flow solve without fair-share bounds, each job alone at
+    its own arrival; jobs that would fit get no entry)."""
+    grid = _Grid(request)
+    out: dict[str, tuple[PendingReason, ...]] = {}
+    for job in request.jobs:
+        why = flow_solve(grid, [job], fair=False, now=job.arrival).pending.get(job.job_id)
+        if why:
+            out[job.job_id] = why
+    return out
+
+
+def never_placeable(
+    job: QueuedJob, nodes: tuple[GridNode, ...], qos_share: float
+) -> tuple[PendingReason, ...]:
+    """Reasons ``job`` could not be placed even on an empty grid (labels no node
+    carries, a subtask above every whole budget, too few eligible nodes)."""
+    if not job.strict:
+        return tuple(
+            PendingReason(ReasonKind.LABELS,
+                          f"subtask {i}: no node has the labels {', '.join(sorted(lab))}", i)
+            for i, lab in enumerate(job.labels)
+            if not any(lab <= n.labels for n in nodes)
+        )
+    if not all(math.isfinite(n.budget) for n in nodes):
+        return ()
+    empty = tuple(NodeState(n.name, n.speed, n.budget - 0.0, n.labels, 0.0) for n in nodes)
+    reply = flow_place_pending(FlowPlacementRequest(
+        0.0, (job.pending_job(),), empty, (UserShare(job.user, bound=math.inf),),
+        qos_share=qos_share, reserve_after=None,
+    ))
+    return reply.pending.get(job.job_id, ())
+
+
+def _assign(
+    job: QueuedJob, room: Mapping[str, float], order: Sequence[str], grid: _Grid
+) -> tuple[str, ...] | None:
+    """``job``'s subtasks (largest rate first) on distinct up nodes of ``order`` with the
+    labels and ``room[node]`` for them (:func:`first_fit`), or None."""
+    ranked = [NodeLoad(n, grid.nodes[n].speed, 0.0, room[n], 0.0, grid.nodes[n].labels)
+              for n in order if grid.nodes[n].up]
+    got = first_fit(job.rates, job.labels, ranked, True)
+    return None if isinstance(got, int) else got
+
+
+def _reserved(nodes: tuple[str, ...], lead: str) -> PendingReason:
+    return PendingReason(
+        ReasonKind.RESERVED,
+        f"{lead} {', '.join(nodes)}: placed there once the jobs running on them finish",
+    )
+
+
+@placement_policies.register("flow")
+@dataclass(frozen=True, slots=True)
+class FlowPlacement(GreedyPlacement):
+    """Strict jobs: the min-cost flow of :mod:`global_manager.flow_placement` over the
+    whole queue, with the drain reservation and EASY backfilling (``docs/decisions.md``).
+    Other jobs, jobs split by parallelism at submission, and grids with an unbounded
+    budget (no admission control) are placed greedily on the ``least_loaded`` ranking."""
+
+    name: str = "flow"
+    reserves: bool = True
+
+    def rank(
+        self, nodes: tuple[NodeLoad, ...], checked: bool, rng: random.Random
+    ) -> list[NodeLoad]:
+        return LeastLoaded().rank(nodes, checked, rng)
+
+    def place(self, request: CycleRequest, rng: random.Random) -> CycleReply:
+        grid = _Grid(request)
+        if not grid.budgets_finite():
+            return GreedyPlacement.place(self, request, rng)
+        if request.queue:
+            return self._cycle(grid)
+        messages: dict[str, str] = {}
+        reasons: dict[str, tuple[PendingReason, ...]] = {}
+        for job in request.jobs:
+            if not job.strict:
+                got = self.place_one(job, grid, rng)
+                if isinstance(got, str):
+                    messages[job.job_id] = got
+                else:
+                    grid.commit(job, got)
+                continue
+            reply = flow_solve(grid, [job], fair=False)
+            nodes = reply.placements.get(job.job_id)
+            if nodes is None:
+                why = reply.pending.get(job.job_id, ())
+                reasons[job.job_id] = why
+                messages[job.job_id] = "; ".join(r.message for r in why)
+                continue
+            grid.commit(job, Placement(nodes, job.works, job.weights, job.rates))
+        return CycleReply(MappingProxyType(grid.placed), MappingProxyType(reasons),
+                          MappingProxyType(messages), request.hold)
+
+    def _cycle(self, grid: _Grid) -> CycleReply:
+        """A flow cycle, with the drain reservation (docs/decisions.md): the job the
+        solver picked to hold nodes (it waited longest, ``reserve_after``) gets a set of
+        nodes, kept from every other strict job from then on, and is placed there as
+        soon as they have room; the rest of the queue is solved on the other nodes."""
+        req = grid.req
+        queued = {j.job_id: j for j in req.jobs}
+        reasons: dict[str, tuple[PendingReason, ...]] = {}
+        hold = req.hold if req.hold is not None and req.hold.job_id in queued else None
+        held: tuple[str, ...] = ()
+        if hold is not None:
+            head = queued[hold.job_id]
+            held = hold.nodes
+            room = {n: grid.nodes[n].budget - grid.committed[n] for n in held}
+            nodes = _assign(head, room, held, grid)
+            if nodes is not None:
+                grid.commit(head, Placement(nodes, head.works, head.weights, head.rates))
+                hold = None
+                held = ()
+            else:
+                reasons[head.job_id] = (_reserved(held, "holds nodes"),)
+        rest = [j for j in req.jobs if j.job_id not in grid.placed
+                and (hold is None or j.job_id != hold.job_id)]
+        if not rest:
+            return self._reply(grid, reasons, hold)
+        reply = flow_solve(grid, rest, fair=True, held=held)
+        if not reply.placements and not any(grid.committed.values()):
+            # Liveness: fair-share bounds never keep an idle grid idle.
+            reply = flow_solve(grid, rest, fair=False, held=held)
+        for job in rest:
+            nodes = reply.placements.get(job.job_id)
+            if nodes is None:
+                why = reply.pending.get(job.job_id, ())
+                if held and hold is not None:
+                    why += (PendingReason(
+                        ReasonKind.RESERVED,
+                        f"nodes {', '.join(held)} are held for job {hold.job_id}"
+                        " , which has waited longer",
+                    ),)
+                reasons[job.job_id] = why
+                continue
+            grid.commit(job, Placement(nodes, job.works, job.weights, job.rates))
+        if held and hold is not None:
+            self._backfill(grid, queued[hold.job_id], held)
+        rid = reply.reserved_for
+        if hold is None and rid is not None and rid in queued and rid not in grid.placed:
+            job = queued[rid]
+            # The nodes that drain first: least committed, then by name.
+            order_n = sorted(grid.nodes, key=lambda n: (grid.committed[n], n))
+            whole = {n: grid.nodes[n].budget for n in order_n}
+            nodes = _assign(job, whole, tuple(order_n), grid)
+            if nodes is not None:
+                hold = NodeHold(rid, tuple(sorted(set(nodes))))
+                reasons[rid] = (_reserved(hold.nodes, "holds nodes"),)
+        return self._reply(grid, reasons, hold)
+
+    @staticmethod
+    def _reply(
+        grid: _Grid, reasons: dict[str, tuple[PendingReason, ...]], hold: NodeHold | None
+    ) -> CycleReply:
+        for jid in grid.placed:
+            reasons.pop(jid, None)
+        messages = {j: "; ".join(r.message for r in why) for j, why in reasons.items()}
+        return CycleReply(MappingProxyType(grid.placed), MappingProxyType(reasons),
+                          MappingProxyType(messages), hold)
+
+    def _backfill(self, grid: _Grid, head: QueuedJob, held: tuple[str, ...]) -> None:
+        """EASY backfilling on the held nodes: a pending job whose expected run time
+        (``max_i w_i / x_i``, s) ends by the held job's *shadow* time (when the jobs now
+        running on the held nodes are expected to have left it room, :func:`_shadow`)
+        may use the free budget anywhere, held nodes included, so the hold does not idle
+        what it cannot use yet. Candidates are solved as one flow (fair shares, no new
+        hold), in priority then submission order. A job that outruns its estimate delays
+        the held one; under pace control a strict subtask runs at its expected rate."""
+        now = grid.req.now
+        shadow = _shadow(grid, head, held)
+        if shadow is None or shadow <= now:
+            return
+        cands = [j for j in grid.req.jobs
+                 if j.job_id != head.job_id and j.job_id not in grid.placed and j.strict
+                 and now + j.run_time <= shadow + 1e-9]
+        if not cands:
+            return
+        reply = flow_solve(grid, cands, fair=True, reserve=False)
+        for job in cands:
+            nodes = reply.placements.get(job.job_id)
+            if nodes is not None:
+                grid.commit(job, Placement(nodes, job.works, job.weights, job.rates))
+
+
+def _shadow(grid: _Grid, head: QueuedJob, held: tuple[str, ...]) -> float | None:
+    """When the held job is expected to fit on its held nodes (s): for each held node,
+    the time its running strict subtasks (each expected to end at its start plus ``work
+    / expected rate``) have released enough budget for the held job's subtask there; the
+    latest of those. None if it cannot be worked out."""
+    nodes = _assign(head, {n: grid.nodes[n].budget for n in held}, held, grid)
+    if nodes is None:
+        return None
+    need = dict(zip(nodes, head.rates))
+    ends: dict[str, list[tuple[float, float]]] = {n: [] for n in need}
+    for st in grid.running:
+        if st.node in ends:
+            ends[st.node].append((st.end, st.rate))
+    shadow = -math.inf
+    for n, rate in need.items():
+        committed = grid.committed[n]
+        budget = grid.nodes[n].budget
+        t_n = -math.inf
+        for end, r in sorted(ends[n]):
+            if committed <= budget - rate + 1e-9:
+                break
+            committed -= r
+            t_n = end
+        shadow = max(shadow, t_n)
+    return shadow
