@@ -19,13 +19,21 @@ budgets and loads in Mcycles/s, speeds in MHz, times in seconds of model time.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
 
+from global_manager.backfill import (
+    Reservation,
+    availability_time,
+    blocked_reason,
+    committed_at,
+    reserved_reason,
+)
 from global_manager.flow_placement import (
     FlowPlacementReply,
     FlowPlacementRequest,
@@ -680,3 +688,226 @@ def _shadow(grid: _Grid, head: QueuedJob, held: tuple[str, ...]) -> float | None
             t_n = end
         shadow = max(shadow, t_n)
     return shadow
+
+
+# ------------------------------------------------------------------ backfill policy
+@placement_policies.register("backfill")
+@dataclass(frozen=True, slots=True)
+class BackfillPlacement(GreedyPlacement):
+    """Backfill with reservations (:mod:`global_manager.backfill`; ``docs/decisions.md``,
+    "Placement that nobody waits for"). Each queue cycle: the ``depth`` jobs that
+    waited longest, among those whose wait is at least ``reserve_after`` s and at least
+    ``outlier`` times the queue's mean wait, are placed or get a reservation; the rest
+    of the queue, in fair-share order (``fair``: the user holding the least strict rate
+    first) or in queue order, is placed first-fit (on ``least_loaded``'s ranking) where
+    it fits now without delaying a reservation. Submissions outside the queue and grids
+    with an unbounded budget are placed as ``least_loaded`` places them."""
+
+    name: str = "backfill"
+    depth: int = 1
+    reserve_after: float | None = RESERVE_AFTER
+    outlier: float = 3.0
+    fair: bool = True
+
+    @property
+    def reserves(self) -> bool:  # type: ignore[override]
+        return self.reserve_after is not None and self.depth > 0
+
+    def rank(
+        self, nodes: tuple[NodeLoad, ...], checked: bool, rng: random.Random
+    ) -> list[NodeLoad]:
+        return LeastLoaded().rank(nodes, checked, rng)
+
+    def place(self, request: CycleRequest, rng: random.Random) -> CycleReply:
+        grid = _Grid(request)
+        if not request.queue or not grid.budgets_finite():
+            return GreedyPlacement.place(self, request, rng)
+        return _BackfillCycle(self, grid, rng).run()
+
+
+class _BackfillCycle:
+    """One cycle of :class:`BackfillPlacement` over ``grid`` (updated in place)."""
+
+    def __init__(self, policy: BackfillPlacement, grid: _Grid, rng: random.Random) -> None:
+        self.policy, self.grid, self.rng = policy, grid, rng
+        self.now = grid.req.now
+        self.up = [n for n in grid.req.nodes if n.up]
+        self.ends: dict[str, list[tuple[float, float]]] = {n.name: [] for n in self.up}
+        for st in grid.running:
+            if st.node in self.ends:
+                self.ends[st.node].append((max(st.end, self.now), st.rate))
+        for e in self.ends.values():
+            e.sort()
+        self.reservations: list[Reservation] = []
+        self.reserved_on: dict[str, float] = {}
+        self.capacity = math.fsum(n.budget for n in grid.req.nodes)
+        self.reasons: dict[str, tuple[PendingReason, ...]] = {}
+        self._views: dict[tuple[int, ...], tuple[list[NodeLoad], list[float]]] = {}
+        self._run_times: dict[str, float] = {}
+
+    def run(self) -> CycleReply:
+        req, pol = self.grid.req, self.policy
+        heads: list[QueuedJob] = []
+        if pol.reserve_after is not None and pol.depth > 0 and req.jobs:
+            least = pol.reserve_after
+            if pol.outlier > 0:
+                mean_wait = math.fsum(self.now - j.arrival for j in req.jobs) / len(req.jobs)
+                least = max(least, pol.outlier * mean_wait)
+            for job in req.jobs:
+                if len(heads) >= pol.depth:
+                    break
+                if job.strict and self.now - job.arrival >= least:
+                    heads.append(job)
+        for job in heads:
+            if self._try(job):
+                continue
+            res = self._reserve(job)
+            if res is not None:
+                self.reservations.append(res)
+                for n, r in res.rates:
+                    self.reserved_on[n] = self.reserved_on.get(n, 0.0) + r
+                self._views.clear()
+                self.reasons[job.job_id] = (reserved_reason([n for n, _ in res.rates],
+                                                            res.start),)
+        head_ids = {j.job_id for j in heads}
+        rest = [j for j in req.jobs if j.job_id not in head_ids]
+        for job in self._fair_order(rest):
+            if not self._try(job) and self.reservations and self._fits(job, False):
+                self.reasons[job.job_id] = (blocked_reason(self.reservations[0].job_id),)
+        placed = self.grid.placed
+        reasons = {j: r for j, r in self.reasons.items() if j not in placed}
+        messages = {j: "; ".join(x.message for x in r) for j, r in reasons.items()}
+        return CycleReply(MappingProxyType(placed), MappingProxyType(reasons),
+                          MappingProxyType(messages), None)
+
+    def _fair_order(self, jobs: list[QueuedJob]) -> Iterable[QueuedJob]:
+        """``jobs`` (in priority then submission order) as :func:`fair_order` gives
+        them, or as they are without ``fair``."""
+        return fair_order(jobs, self.grid.held) if self.policy.fair else jobs
+
+    def _view(self, active: tuple[int, ...]) -> tuple[list[NodeLoad], list[float]]:
+        """The up nodes ranked for a job that would still run when the reservations
+        ``active`` (indices) start, with their free budget then (the current free
+        budget, less on a reserved node what the reservation needs at its start), and
+        those free budgets sorted, largest first. Cached until the grid changes."""
+        hit = self._views.get(active)
+        if hit is not None:
+            return hit
+        grid = self.grid
+        loads = []
+        for n in self.up:
+            free = n.budget - grid.committed[n.name]
+            for k in active:
+                res = self.reservations[k]
+                if any(m == n.name for m, _ in res.rates):
+                    left = (n.budget - self.reserved_on[n.name]
+                            - committed_at(self.ends[n.name], res.start))
+                    free = min(free, left)
+            loads.append(NodeLoad(n.name, n.speed, n.budget - free, n.budget,
+                                  grid.load[n.name], n.labels))
+        ranked = self.policy.rank(tuple(loads), True, self.rng)
+        view = (ranked, sorted((nl.free for nl in loads), reverse=True))
+        self._views[active] = view
+        return view
+
+    def _run_time(self, job: QueuedJob) -> float:
+        t = self._run_times.get(job.job_id)
+        if t is None:
+            t = self._run_times[job.job_id] = job.run_time
+        return t
+
+    def _fits(self, job: QueuedJob, reserved: bool) -> Placement | None:
+        """``job`` where it fits now (without delaying a reservation if ``reserved``)."""
+        if not job.strict:
+            return None
+        end = self.now + self._run_time(job)
+        active = tuple(k for k, res in enumerate(self.reservations)
+                       if end > res.start + 1e-9) if reserved else ()
+        ranked, frees = self._view(active)
+        n = len(job.rates)
+        # Necessary: the largest subtask fits the most free node, and n nodes have room
+        # for the smallest subtask.
+        if not frees or max(job.rates) > frees[0] + FIT_EPS or len(frees) < n \
+                or min(job.rates) > frees[n - 1] + FIT_EPS:
+            return None
+        got = first_fit(job.rates, job.labels, ranked, True)
+        if isinstance(got, int):
+            return None
+        return Placement(got, job.works, job.weights, job.rates)
+
+    def _try(self, job: QueuedJob) -> bool:
+        """Place ``job`` now if it fits without delaying a reservation."""
+        if not job.strict:
+            got = self.policy.place_one(job, self.grid, self.rng)
+            if isinstance(got, str):
+                return False
+            self.grid.commit(job, got)
+            self._views.clear()
+            return True
+        p = self._fits(job, True)
+        if p is None:
+            return False
+        self.grid.commit(job, p)
+        self._views.clear()
+        for node, rate, work in zip(p.nodes, p.rates, p.works):
+            if rate > 0:
+                bisect.insort(self.ends[node], (self.now + work / rate, rate))
+        return True
+
+    def _reserve(self, job: QueuedJob) -> Reservation | None:
+        """The earliest start (s) and nodes for ``job`` given the running subtasks'
+        expected ends and the reservations made so far; None if it never fits."""
+        grid = self.grid
+        times: set[float] = set()
+        for n in self.up:
+            room = n.budget - self.reserved_on.get(n.name, 0.0)
+            for r in set(job.rates):
+                t = availability_time(self.ends[n.name], grid.committed[n.name], room, r,
+                                      self.now)
+                if math.isfinite(t):
+                    times.add(t)
+        cands = sorted(times)
+
+        def at(t: float) -> tuple[str, ...] | None:
+            loads = tuple(
+                NodeLoad(n.name, n.speed,
+                         self.reserved_on.get(n.name, 0.0) + committed_at(self.ends[n.name], t),
+                         n.budget, grid.load[n.name], n.labels)
+                for n in self.up
+            )
+            got = first_fit(job.rates, job.labels, self.policy.rank(loads, True, self.rng),
+                            True)
+            return None if isinstance(got, int) else got
+
+        lo, hi = 0, len(cands) - 1
+        best: tuple[float, tuple[str, ...]] | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            got = at(cands[mid])
+            if got is None:
+                lo = mid + 1
+            else:
+                best = (cands[mid], got)
+                hi = mid - 1
+        if best is None:
+            return None
+        t, nodes = best
+        return Reservation(job.job_id, t, tuple(zip(nodes, job.rates)))
+
+
+def fair_order(jobs: Sequence[QueuedJob], held: Mapping[str, float]) -> Iterator[QueuedJob]:
+    """``jobs`` (in priority then submission order) in fair-share order: priority
+    classes highest first; within one, the next job is the earliest remaining one of the
+    user holding the least strict rate in ``held`` (Mcycles/s; read at each step, so a
+    job placed meanwhile moves its user back), ties by user name."""
+    by_prio: dict[int, dict[str, list[QueuedJob]]] = {}
+    for j in jobs:
+        by_prio.setdefault(j.priority, {}).setdefault(j.user, []).append(j)
+    for prio in sorted(by_prio, reverse=True):
+        queues = {u: list(reversed(js)) for u, js in by_prio[prio].items()}
+        while queues:
+            user = min(queues, key=lambda u: (held.get(u, 0.0), u))
+            job = queues[user].pop()
+            if not queues[user]:
+                del queues[user]
+            yield job
