@@ -149,11 +149,11 @@ def test_random_placement_is_deterministic_under_a_seed() -> None:
 
 
 def test_placement_registry() -> None:
-    assert placement_policies.names() == ["flow", "least_loaded", "random"]
+    assert placement_policies.names() == ["backfill", "flow", "least_loaded", "random"]
     assert isinstance(placement_policies.create("random"), RandomPlacement)
     assert "least_loaded" in placement_policies
-    assert list(placement_policies) == ["flow", "least_loaded", "random"]
-    with pytest.raises(ValueError, match=r"unknown placement policy 'best' \(known: flow, least_"):
+    assert list(placement_policies) == ["backfill", "flow", "least_loaded", "random"]
+    with pytest.raises(ValueError, match=r"unknown placement policy 'best' \(known: backfill, "):
         placement_policies.create("best")
 
 
