@@ -141,9 +141,10 @@ class RuntimeConfig:
     core_mhz: _Positive = 1000.0
     insecure: bool = False
     #: Placement policy (a name of :data:`global_manager.admission.placement_policies`):
-    #: ``flow`` (min-cost flow over the whole pending queue: gangs, fair shares between
-    #: users, labels, priority, waiting) by default; "" keeps the policy's own.
-    placement: str = "flow"
+    #: ``backfill`` (priority and fair-share order, first fit that does not delay the
+    #: reservation held for the queue's longest waiter; docs/decisions.md, "Placement
+    #: that nobody waits for") by default; "" keeps the policy's own.
+    placement: str = "backfill"
     #: Cycles without an answer from a node's local manager before the node is lost and
     #: its gangs are ended by their ``on_node_loss`` policy (after ``stall_cycles`` of
     #: silence it is only stale: placement skips it).

@@ -88,9 +88,10 @@ def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None)
         "(anyone who reaches the controller's ports can send reports); status says so",
     )
     parser.add_argument(
-        "--placement", default="flow", metavar="NAME",
-        help="placement policy: flow (min-cost flow over the pending queue: gangs, fair "
-        "shares between users, labels, priority, waiting; default), least_loaded, random",
+        "--placement", default="backfill", metavar="NAME",
+        help="placement policy: backfill (priority and fair-share order, first fit that "
+        "does not delay the reservation of the longest waiter; default), flow (min-cost "
+        "flow over the pending queue), least_loaded, random",
     )
     parser.add_argument(
         "--queue", choices=("wait", "reject"), default="wait",
@@ -138,7 +139,7 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             seed=args.seed,
             core_mhz=args.core_mhz,
             insecure=bool(getattr(args, "insecure", False)),
-            placement=getattr(args, "placement", "flow"),
+            placement=getattr(args, "placement", "backfill"),
             node_timeout=getattr(args, "node_timeout", 50),
         )
     except ValueError as exc:

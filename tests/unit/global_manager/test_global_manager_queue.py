@@ -39,7 +39,7 @@ def strict(*weights: float, labels: tuple[frozenset[str], ...] = (), **kw: objec
     )
 
 
-PLACEMENTS = ["least_loaded", "random", "flow"]
+PLACEMENTS = ["least_loaded", "random", "flow", "backfill"]
 
 
 def test_queue_mode_is_a_string_enum_and_checked() -> None:

@@ -84,7 +84,7 @@ def small(seed: int, users: int = 3) -> Workload:
     return Workload(w.nodes, jobs)
 
 
-@pytest.mark.parametrize("placement", ["least_loaded", "random", "flow"])
+@pytest.mark.parametrize("placement", ["least_loaded", "random", "flow", "backfill"])
 def test_end_to_end_every_job_ends_and_runs_are_deterministic(placement: str) -> None:
     w = small(3)
     pol = get_policy("sq", placement=placement)
@@ -126,7 +126,7 @@ _job_st = st.tuples(
 # too, a separate bug.
 @settings(max_examples=25, deadline=None)
 @given(jobs=st.lists(_job_st, min_size=1, max_size=8),
-       placement=st.sampled_from(["least_loaded", "random", "flow"]))
+       placement=st.sampled_from(["least_loaded", "random", "flow", "backfill"]))
 def test_every_job_ends_completed_or_expired(jobs: list, placement: str) -> None:
     nodes = (Node("a", 200.0), Node("b", 300.0), Node("c", 400.0))
     specs = tuple(

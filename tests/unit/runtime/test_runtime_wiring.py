@@ -170,7 +170,7 @@ def _periods(path: Path) -> list[tuple[Any, ...]]:
     ]
 
 
-@pytest.mark.parametrize("placement", ["least_loaded", "flow"])
+@pytest.mark.parametrize("placement", ["least_loaded", "flow", "backfill"])
 @pytest.mark.parametrize("queue", ["reject", "wait"])
 @pytest.mark.parametrize("policy", ["sq", "strict", "sq_work_conserving"])
 def test_live_wiring_makes_the_simulators_decisions(
