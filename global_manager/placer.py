@@ -20,6 +20,7 @@ budgets and loads in Mcycles/s, speeds in MHz, times in seconds of model time.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -697,7 +698,8 @@ class BackfillPlacement(GreedyPlacement):
     """Backfill with reservations (:mod:`global_manager.backfill`; ``docs/decisions.md``,
     "Placement that nobody waits for"). Each queue cycle: the ``depth`` jobs that
     waited longest, among those whose wait is at least ``reserve_after`` s and at least
-    ``outlier`` times the queue's mean wait, are placed or get a reservation; the rest
+    ``outlier`` times the queue's mean wait (or ``reserve_always`` s), are placed or get
+    a reservation; the rest
     of the queue, in fair-share order (``fair``: the user holding the least strict rate
     first) or in queue order, is placed first-fit (on ``least_loaded``'s ranking) where
     it fits now without delaying a reservation. Submissions outside the queue and grids
@@ -707,7 +709,13 @@ class BackfillPlacement(GreedyPlacement):
     depth: int = 1
     reserve_after: float | None = RESERVE_AFTER
     outlier: float = 3.0
+    #: Seconds of waiting after which a job is due a reservation, outlier or not (the
+    #: bound that keeps a saturated queue, whose mean wait grows with it, from starving
+    #: its oldest job).
+    reserve_always: float | None = 6 * 3600.0
     fair: bool = True
+    #: Reservations go to the due jobs in fair-share order rather than oldest first.
+    fair_heads: bool = False
 
     @property
     def reserves(self) -> bool:  # type: ignore[override]
@@ -753,11 +761,11 @@ class _BackfillCycle:
             if pol.outlier > 0:
                 mean_wait = math.fsum(self.now - j.arrival for j in req.jobs) / len(req.jobs)
                 least = max(least, pol.outlier * mean_wait)
-            for job in req.jobs:
-                if len(heads) >= pol.depth:
-                    break
-                if job.strict and self.now - job.arrival >= least:
-                    heads.append(job)
+                if pol.reserve_always is not None:
+                    least = min(least, max(pol.reserve_after, pol.reserve_always))
+            due = [j for j in req.jobs if j.strict and self.now - j.arrival >= least]
+            heads = list(itertools.islice(
+                fair_order(due, self.grid.held) if pol.fair_heads else due, pol.depth))
         for job in heads:
             if self._try(job):
                 continue

@@ -117,6 +117,11 @@ def test_only_an_outlier_of_the_queue_may_hold_a_reservation() -> None:
     peers = [job(f"p{i}", 90.0, 90.0, 90.0, arrival=0.0) for i in range(10)]
     free = cycle([gang, *peers, *others], nodes, running)
     assert "gang" not in free.reasons and set(free.placed) == {"o0", "o1"}
+    # ... unless it waited reserve_always (6 h): then it reserves whatever the mean.
+    old = [job("gang", 80.0, 80.0, arrival=-30_000.0),
+           *(job(f"p{i}", 90.0, 90.0, 90.0, arrival=-30_000.0) for i in range(10))]
+    bound = cycle([*old, *others], nodes, running)
+    assert bound.reasons["gang"][0].kind is ReasonKind.RESERVED and not bound.placed
 
 
 def test_the_reserved_job_is_placed_as_soon_as_it_fits() -> None:
