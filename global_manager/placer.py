@@ -20,7 +20,6 @@ budgets and loads in Mcycles/s, speeds in MHz, times in seconds of model time.
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -714,8 +713,6 @@ class BackfillPlacement(GreedyPlacement):
     #: its oldest job).
     reserve_always: float | None = 6 * 3600.0
     fair: bool = True
-    #: Reservations go to the due jobs in fair-share order rather than oldest first.
-    fair_heads: bool = False
 
     @property
     def reserves(self) -> bool:  # type: ignore[override]
@@ -763,9 +760,8 @@ class _BackfillCycle:
                 least = max(least, pol.outlier * mean_wait)
                 if pol.reserve_always is not None:
                     least = min(least, max(pol.reserve_after, pol.reserve_always))
-            due = [j for j in req.jobs if j.strict and self.now - j.arrival >= least]
-            heads = list(itertools.islice(
-                fair_order(due, self.grid.held) if pol.fair_heads else due, pol.depth))
+            heads = [j for j in req.jobs
+                     if j.strict and self.now - j.arrival >= least][:pol.depth]
         for job in heads:
             if self._try(job):
                 continue
