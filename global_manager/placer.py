@@ -745,7 +745,6 @@ class _BackfillCycle:
             e.sort()
         self.reservations: list[Reservation] = []
         self.reserved_on: dict[str, float] = {}
-        self.capacity = math.fsum(n.budget for n in grid.req.nodes)
         self.reasons: dict[str, tuple[PendingReason, ...]] = {}
         self._views: dict[tuple[int, ...], tuple[list[NodeLoad], list[float]]] = {}
         self._run_times: dict[str, float] = {}
