@@ -49,7 +49,7 @@ reporting (``Window`` names what held the job back: ``pace`` for a rate-matching
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -354,15 +354,43 @@ _SATURATED = 1.0 - 1e-6
 
 
 def initial_rate_cap(
-    config: ControllerConfig, enabled: bool, strict: bool, n_subtasks: int, expected_rate: float
+    config: ControllerConfig,
+    enabled: bool,
+    strict: bool,
+    n_subtasks: int,
+    expected_rate: float,
+    pace: float = 1.0,
 ) -> float:
     """The rate cap (Mcycles/s; 0 = none) a subtask starts with: under pace control a
-    strict gang of two or more starts at its expected rate, so its first period runs in
-    step and measures each node's capability (the global manager places it with this cap,
-    the controller registers it with the same)."""
+    strict gang of two or more starts at ``pace`` times its expected rate (``pace``: the
+    gang's guaranteed pace, :func:`guaranteed_pace`; 1 = the expected rate), so its first
+    period runs in step and measures each node's capability (the global manager places
+    it with this cap, the controller registers it with the same)."""
     if enabled and config.mode is ControlMode.PACE and strict and n_subtasks >= 2:
-        return expected_rate
+        return expected_rate * max(1.0, pace)
     return 0.0
+
+
+def guaranteed_pace(members: Iterable[tuple[float, float, float, float]]) -> float:
+    """The pace (a multiple of the expected rate, >= 1) every member of a gang is sure to
+    reach on its node in its first period, before any node has reported: per member
+    ``(expected rate x_i, its node's QoS share of the CPU, the strict expected rates the
+    node carries with the gang placed, the member's full speed)``, all Mcycles/s.
+
+    The QoS queue gives its strict subtasks at least its share split by their weights
+    (their expected rates), whatever the other queues ask, so a member gets at least
+    ``x_i * qos_cpu / booked``, and never more than its full speed. A gang that starts
+    at the least of these over its members runs in step from the first period and
+    loses no cycle at the expected rate on nodes that could give more (the first
+    reports then say what each node can really give). Never below 1: admission
+    guarantees the expected rate."""
+    pace = math.inf
+    for expected, qos_cpu, booked, full_speed in members:
+        if expected <= 0:
+            continue
+        share = qos_cpu / booked if booked > 0 else math.inf
+        pace = min(pace, share, full_speed / expected)
+    return max(1.0, pace) if math.isfinite(pace) else 1.0
 
 
 def pace_targets(subs: tuple[SubtaskState, ...], period: float) -> tuple[float, list[float]]:

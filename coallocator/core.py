@@ -151,7 +151,7 @@ class ControllerCore:
         for st in subs:
             st.rate_cap = initial_rate_cap(
                 self.config, self.enabled, reg.qos is QosClass.STRICT, len(subs),
-                st.admitted_weight,
+                st.admitted_weight, reg.initial_pace,
             )
         e = float(reg.overall_deviation if reg.overall_deviation is not None else math.inf)
         a = float(reg.asynchrony if reg.asynchrony is not None else math.inf)

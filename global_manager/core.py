@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from coallocator.controller import initial_rate_cap
+from coallocator.controller import guaranteed_pace, initial_rate_cap
 from global_manager.admission import (
     AdmissionPolicy,
     NodeLoad,
@@ -370,6 +370,7 @@ class GlobalManagerCore:
     ) -> Admission:
         subtasks = []
         strict = spec.qos is QosClass.STRICT
+        pace = self._guaranteed_pace(spec, rates, nodes) if strict else 1.0
         for i, node in enumerate(nodes):
             src = spec.subtasks[i] if spec.subtasks else None
             subtasks.append(
@@ -391,6 +392,7 @@ class GlobalManagerCore:
                         strict,
                         len(nodes),
                         rates[i],
+                        pace,
                     ),
                 )
             )
@@ -403,6 +405,25 @@ class GlobalManagerCore:
             spec, job_id, now, tuple(subtasks), {s.index for s in subtasks}
         )
         return Admission(job_id, True, "", tuple(subtasks), placed_at=now)
+
+    def _guaranteed_pace(
+        self, spec: JobSpec, rates: list[float], nodes: tuple[str, ...]
+    ) -> float:
+        """The pace a strict gang placed on ``nodes`` starts at
+        (:func:`coallocator.controller.guaranteed_pace`), from the nodes' QoS shares and
+        the strict rates they carry with the gang."""
+        members = []
+        for i, name in enumerate(nodes):
+            node = self.nodes[name]
+            cores = spec.subtasks[i].demand.cpu if spec.subtasks and spec.subtasks[i].demand \
+                else 1.0
+            members.append((
+                rates[i],
+                self.config.qos_share * node.cpu_rate,
+                self.committed[name] + rates[i],
+                min(cores, node.cores) * node.speed_mhz,
+            ))
+        return guaranteed_pace(members)
 
     # ------------------------------------------------------------ pending queue
     def place_pending(self, now: float) -> QueueCycle:

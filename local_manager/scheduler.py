@@ -457,7 +457,20 @@ class LocalScheduler:
             # What a capped subtask could have had without its cap: its own grant plus
             # what nobody used (all the node's CPU when idle CPU may be borrowed, else the
             # QoS share) and what the caps made the QoS queue lend out; at most its demand.
-            if borrow or self.config.work_conserving:
+            if self.config.work_conserving:
+                # The queues split the node as if the caps were lifted: the CPU the caps
+                # passed on to the grid-local and best-effort queues is the QoS queue's to
+                # take back, so it counts as reclaimable (a capped subtask could have had
+                # it), as does CPU nobody used.
+                qi = _QUEUES.index(QueueName.QOS)
+                lifted = list(queue_demand)
+                lifted[qi] = min(queue_demand[qi] + released, capacity)
+                qos_if_uncapped = self._split_queues(capacity, lifted)[QueueName.QOS]
+                qos_used = sum(granted.get(e.subtask.key, 0.0) for e in by_queue[QueueName.QOS])
+                spare = max(
+                    qos_if_uncapped - qos_used, capacity - sum(granted.values())
+                )
+            elif borrow:
                 spare = capacity - sum(granted.values()) + lent_from_qos
             else:
                 spare = qos_share_cpu - sum(

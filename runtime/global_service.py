@@ -40,7 +40,7 @@ from global_manager.engine import start_run
 from runtime.config import RuntimeConfig
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.atomic import atomic_write_json
-from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase
+from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase, initial_pace_of
 from workloads.model import EndPolicy, JobPhase, JobSpec, Node, QosClass, Subtask
 from workloads.spec import DEFAULT_USER, job_to_dict, parse_job
 
@@ -578,7 +578,7 @@ class GlobalService:
         grid = qos in (QosClass.STRICT, QosClass.LOOSE)
         registration = JobRegistration(
             run_id, qos, start, tuple((s.index, s.node, s.expected_rate) for s in subs),
-            info.overall_deviation, info.asynchrony,
+            info.overall_deviation, info.asynchrony, initial_pace_of(subs),
         ) if grid else None
         try:
             start_run(registration, subs, register, place)
