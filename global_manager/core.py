@@ -415,8 +415,8 @@ class GlobalManagerCore:
         members = []
         for i, name in enumerate(nodes):
             node = self.nodes[name]
-            cores = spec.subtasks[i].demand.cpu if spec.subtasks and spec.subtasks[i].demand \
-                else 1.0
+            demand = spec.subtasks[i].demand if spec.subtasks else None
+            cores = demand.cpu if demand is not None else 1.0
             members.append((
                 rates[i],
                 self.config.qos_share * node.cpu_rate,
