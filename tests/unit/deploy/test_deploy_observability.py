@@ -15,7 +15,7 @@ import pytest
 import yaml
 from prometheus_server import DASHBOARD, PROMETHEUS_YML, VARIABLES, dashboard_queries, metric_names
 
-from runtime.metrics import METRICS, exported_names
+from runtime.metrics import METRICS, MetricKind, exported_names
 
 #: Grafana 11.x writes classic dashboards at schema 39 and later.
 MIN_SCHEMA = 39
@@ -89,3 +89,21 @@ def test_prometheus_yml_passes_promtool() -> None:
     run = subprocess.run([promtool, "check", "config", str(PROMETHEUS_YML)],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_observability_doc_lists_every_metric_with_its_labels_and_unit() -> None:
+    doc = (DASHBOARD.parents[2] / "docs" / "observability.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and cells[0].startswith("`ray_"):
+            rows[cells[0].strip("`")] = cells
+    for m in METRICS:
+        # A counter under its series name, a histogram under its base name.
+        name = m.exported + ("_total" if m.kind is MetricKind.COUNTER else "")
+        assert name in rows, f"docs/observability.md does not list {name}"
+        kind, labels, unit = rows[name][1:4]
+        assert kind == m.kind.value, name
+        assert [t.strip() for t in labels.split(",") if t.strip()] == list(m.tags), name
+        assert unit == m.unit, name
+    assert len(rows) == len(METRICS)
