@@ -5,6 +5,7 @@ the metric definitions give the names Prometheus sees."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -152,3 +153,47 @@ def test_prometheus_names(m: MetricDef) -> None:
     assert set(names) <= exported_names()
     if m.kind is MetricKind.COUNTER:
         assert names == ("ray_" + m.name + "_total",)
+
+
+class GlobalRecorder:
+    """The global manager's hooks, recorded."""
+
+    def __init__(self) -> None:
+        self.cycles: list[float] = []
+
+    def placement_cycle(self, seconds: float) -> None:
+        self.cycles.append(seconds)
+
+    def state(self, gauges: Any) -> None:
+        raise AssertionError("the actor publishes the gauges, not the service")
+
+
+def test_the_global_service_gauges_and_its_placement_cycle_hook(tmp_path: Path) -> None:
+    from runtime.global_service import GlobalService
+    from tests.unit.runtime.test_runtime_gm_faults import Grid
+    from tests.unit.runtime.test_runtime_wiring import strict
+
+    g = Grid(tmp_path)
+    hooks = GlobalRecorder()
+    g.gm = GlobalService(g.gm.nodes, g.gm.config, g.gm.clock, g.dispatch, None, hooks)
+    g.loop.gm = g.gm
+    idle = g.gm.gauges()
+    assert (idle.pending, idle.running, idle.oldest_wait) == (0, 0, 0.0)
+    assert {h for _, h in idle.node_health} == {"up"}
+    big = strict("big", [300, 300, 300, 300], [4, 4, 4, 4], 300.0, 100.0)
+    (a,) = g.gm.submit([big])
+    (b,) = g.gm.submit([big])
+    assert a["admitted"] and b["pending"]
+    ran = len(hooks.cycles)
+    assert ran >= 1 and all(s >= 0 for s in hooks.cycles)
+    g.step(3)
+    assert len(hooks.cycles) == ran  # nothing changed: the core skips, nothing observed
+    gauges = g.gm.gauges()
+    assert (gauges.pending, gauges.running) == (1, 1)
+    queued = g.gm.jobs[b["job_id"]].queued_at
+    assert queued is not None and gauges.oldest_wait == g.gm.clock.now() - queued > 0
+    g.silent.add("n2")
+    g.step(12)  # stale after stall_cycles (10) of silence
+    assert dict(g.gm.gauges().node_health)["n2"] == "stale"
+    g.step(10)  # lost after node_timeout (20)
+    assert dict(g.gm.gauges().node_health)["n2"] == "lost"
