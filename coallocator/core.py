@@ -102,6 +102,9 @@ class JobClockView:
     max_phase_difference: float = 0.0
     window_violation_fraction: float | None = None
     rate_caps: tuple[float, ...] = ()
+    #: The job's windows ``E_t`` and ``A_t`` (s; inf: none).
+    overall_deviation: float = math.inf
+    asynchrony: float = math.inf
 
 
 def violation_fraction(violations: int, periods: int) -> float | None:
@@ -442,6 +445,8 @@ class ControllerCore:
                 job.tracker.window_violations, job.tracker.periods
             ),
             rate_caps=tuple(s.rate_cap for s in job.subtasks),
+            overall_deviation=job.overall_deviation,
+            asynchrony=job.asynchrony,
         )
 
     def finish_all(self) -> None:

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from global_manager.core import GlobalManagerCore, QueueMode
 from global_manager.engine import start_run
 from runtime.config import RuntimeConfig
+from runtime.metrics import NullGlobalMetrics, QueueGauges
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.atomic import atomic_write_json
 from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase, initial_pace_of
@@ -155,10 +156,13 @@ class GlobalService:
         clock: ModelClock,
         dispatch: Dispatch,
         journal: Path | None = None,
+        metrics: NullGlobalMetrics | None = None,
     ) -> None:
         """``journal``: the file the job table is persisted to (None: not persisted); if
-        it exists the service recovers from it (see the module docstring)."""
+        it exists the service recovers from it (see the module docstring); ``metrics``:
+        its observability hooks (:mod:`runtime.metrics`)."""
         self.config = config
+        self.metrics = metrics or NullGlobalMetrics()
         self.clock = clock
         self.dispatch = dispatch
         self.policy = config.get_policy()
@@ -520,7 +524,10 @@ class GlobalService:
         """The core's placement cycle at ``start``, applied to the job table (caller holds
         the lock, persists and dispatches): the runs placed, and whether any job
         expired."""
+        ran, began = self.core.cycles_run, time.perf_counter()
         cyc = self.core.place_pending(start)
+        if self.core.cycles_run != ran:
+            self.metrics.placement_cycle(time.perf_counter() - began)
         for adm in cyc.expired:
             info = self.jobs[adm.job_id]
             info.state = JobPhase.EXPIRED
@@ -793,3 +800,22 @@ class GlobalService:
             "global_counters": dict(self.counters),
             "journal_error": self.journal_error,
         }
+
+    def gauges(self) -> QueueGauges:
+        """Queue length, running jobs, the oldest pending job's wait (model s) and each
+        node's health, for the metrics (cheap: no pending reasons are worked out)."""
+        with self._lock:
+            now = self.clock.now()
+            pending = [i for i in self.jobs.values() if i.state is JobPhase.PENDING]
+            waits = [now - (i.queued_at if i.queued_at is not None else i.submitted_at)
+                     for i in pending]
+            return QueueGauges(
+                pending=len(pending),
+                running=sum(1 for i in self.jobs.values() if i.state is JobPhase.RUNNING),
+                oldest_wait=max(waits, default=0.0),
+                node_health=tuple(
+                    (n.name, "lost" if n.name in self.lost
+                     else "stale" if n.name in self.core.down else "up")
+                    for n in self.nodes
+                ),
+            )
