@@ -147,6 +147,11 @@ class _Walk:
         self.index = {n.name: k for k, n in enumerate(req.nodes)}
         self.free = [n.budget for n in req.nodes]
         self.events: list[tuple[float, int, float]] = []  # (time, node, rate)
+        #: Allowed-node list (by identity) -> its nodes, most room first; cleared
+        #: whenever a budget moves.
+        self._ranked: dict[int, list[int]] = {}
+        #: Job id -> (its subtasks, largest rate first; whether any asks for labels).
+        self._shape: dict[str, tuple[list[int], bool]] = {}
         for b in req.running:
             k = self.index.get(b.node)
             if k is None or b.rate <= 0:
@@ -158,6 +163,7 @@ class _Walk:
         while self.events and self.events[0][0] <= t:
             _, k, rate = heapq.heappop(self.events)
             self.free[k] += rate
+            self._ranked.clear()
 
     def next_event(self) -> float | None:
         return self.events[0][0] if self.events else None
@@ -166,13 +172,21 @@ class _Walk:
         """Nodes (indexes, per subtask) for the whole gang on the free budgets, distinct
         and labelled, among the ``allowed`` nodes; None if it does not fit."""
         subs = job.subtasks
-        order = sorted(range(len(subs)), key=lambda i: (-subs[i].rate, i))
-        if not any(s.labels for s in subs):
+        shape = self._shape.get(job.job_id)
+        if shape is None:
+            shape = (sorted(range(len(subs)), key=lambda i: (-subs[i].rate, i)),
+                     any(s.labels for s in subs))
+            self._shape[job.job_id] = shape
+        order, labelled = shape
+        if not labelled:
             # Without labels every subtask may use every node with room: the largest
             # rate on the node with the most room, and so on, fits iff any matching does.
-            ranked = sorted((k for k in range(len(self.nodes)) if allowed[k]),
-                            key=lambda k: (-self.free[k], k))
-            if len(ranked) < len(subs):
+            ranked = self._ranked.get(id(allowed))
+            if ranked is None:
+                ranked = sorted((k for k in range(len(self.nodes)) if allowed[k]),
+                                key=lambda k: (-self.free[k], k))
+                self._ranked[id(allowed)] = ranked
+            if len(ranked) < len(subs) or not _fits(subs[order[0]].rate, self.free[ranked[0]]):
                 return None
             chosen = [-1] * len(subs)
             for i, k in zip(order, ranked):
@@ -210,6 +224,7 @@ class _Walk:
         for s, k in zip(job.subtasks, nodes):
             self.free[k] -= s.rate
             heapq.heappush(self.events, (end, k, s.rate))
+        self._ranked.clear()
 
 
 def estimate_starts(req: StartEstimateRequest) -> StartEstimateReply:

@@ -17,6 +17,7 @@ from coalloc.experiments.placement import (
     jain,
     jain_over_contention,
     run_cell,
+    start_estimate_mae,
 )
 from global_manager.simulator import JobResult
 from workloads.model import JobSpec, QosClass, SubtaskSpec
@@ -76,6 +77,24 @@ def test_jain_over_contention_by_hand() -> None:
     # 0..100: x holds 10, y 0, both waiting: Jain 0.5; after 100 nobody waits.
     assert jain_over_contention(jobs, rates, 100.0, 300.0) == pytest.approx(0.5)
     assert jain_over_contention(jobs[:2], rates, 100.0, 300.0) is None  # one user waits
+
+
+def test_start_estimate_mae_by_hand() -> None:
+    from dataclasses import replace
+
+    # a: estimated 50, started 0 + 80 = 80 -> 30; b: estimated 300, started 10 + 250 =
+    # 260 -> 40; c: never estimated (placed at once); d: estimated but never started.
+    jobs = [replace(_jr("a", "x", 0.0, 80.0, 100.0), estimated_start=50.0),
+            replace(_jr("b", "x", 10.0, 250.0, 300.0), estimated_start=300.0),
+            _jr("c", "x", 0.0, 0.0, 10.0),
+            replace(_jr("d", "x", 0.0, 0.0, 1.0), wait=None, estimated_start=5.0)]
+    assert start_estimate_mae(jobs) == pytest.approx(35.0)
+    assert start_estimate_mae(jobs[2:]) is None
+
+
+def test_a_cell_with_waiting_jobs_reports_its_estimate_error() -> None:
+    row = run_cell(Cell(3, 20.0, "least_loaded", 2, 12, 0))
+    assert row.start_estimate_mae is not None and row.start_estimate_mae >= 0.0
 
 
 def test_assign_users_is_seeded_and_only_for_strict_jobs() -> None:
