@@ -178,36 +178,49 @@ class _Walk:
                      any(s.labels for s in subs))
             self._shape[job.job_id] = shape
         order, labelled = shape
-        if not labelled:
-            # Without labels every subtask may use every node with room: the largest
-            # rate on the node with the most room, and so on, fits iff any matching does.
-            ranked = self._ranked.get(id(allowed))
-            if ranked is None:
-                ranked = sorted((k for k in range(len(self.nodes)) if allowed[k]),
-                                key=lambda k: (-self.free[k], k))
-                self._ranked[id(allowed)] = ranked
-            if len(ranked) < len(subs) or not _fits(subs[order[0]].rate, self.free[ranked[0]]):
+        ranked = self._ranked.get(id(allowed))
+        if ranked is None:
+            ranked = sorted((k for k in range(len(self.nodes)) if allowed[k]),
+                            key=lambda k: (-self.free[k], k))
+            self._ranked[id(allowed)] = ranked
+        # Without labels every subtask may use every node with room, so the largest rate
+        # on the node with the most room, the next on the next, and so on, fits iff any
+        # matching does; with labels that is still necessary.
+        if len(ranked) < len(subs):
+            return None
+        chosen = [-1] * len(subs)
+        for i, k in zip(order, ranked):
+            if not _fits(subs[i].rate, self.free[k]):
                 return None
-            chosen = [-1] * len(subs)
-            for i, k in zip(order, ranked):
-                if not _fits(subs[i].rate, self.free[k]):
-                    return None
-                chosen[i] = k
+            chosen[i] = k
+        if not labelled:
             return tuple(chosen)
         eligible = [
-            [k for k, n in enumerate(self.nodes)
-             if allowed[k] and s.labels <= n.labels and _fits(s.rate, self.free[k])]
+            [k for k in ranked if s.labels <= self.nodes[k].labels and _fits(s.rate, self.free[k])]
             for s in subs
         ]
-        if any(not e for e in eligible) or _max_matching(eligible) < len(subs):
+        if any(not e for e in eligible):
             return None
-        # One matching, subtask by subtask (largest rate first), each on the eligible
-        # node with the most room that still leaves the others a matching.
-        chosen = [-1] * len(subs)
+        # Greedy first: the most constrained subtask (fewest eligible nodes, then the
+        # largest rate) on its eligible node with the most room.
+        by_need = sorted(range(len(subs)), key=lambda i: (len(eligible[i]), -subs[i].rate, i))
         taken: set[int] = set()
-        for pos, i in enumerate(order):
-            rest = order[pos + 1:]
-            for k in sorted(eligible[i], key=lambda k: (-self.free[k], k)):
+        for i in by_need:
+            k = next((m for m in eligible[i] if m not in taken), -1)
+            if k < 0:
+                break
+            chosen[i] = k
+            taken.add(k)
+        else:
+            return tuple(chosen)
+        if _max_matching(eligible) < len(subs):
+            return None
+        # The greedy choice failed where a matching exists: subtask by subtask, each on
+        # the eligible node with the most room that still leaves the others a matching.
+        taken.clear()
+        for pos, i in enumerate(by_need):
+            rest = by_need[pos + 1:]
+            for k in eligible[i]:
                 if k in taken:
                     continue
                 left = [[m for m in eligible[r] if m not in taken and m != k] for r in rest]

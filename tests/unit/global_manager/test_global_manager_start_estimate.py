@@ -97,6 +97,22 @@ def test_a_labelled_gang_takes_the_one_matching_that_fits() -> None:
     assert reply.nodes["g"] == ("a", "b")
 
 
+def test_a_gang_greedy_placement_misses_still_fits_by_matching() -> None:
+    # a {x} 100, b {x, y} 200, c {y, z} 100, d {z} 100. Subtasks: s0 {x} 50, s1 {x} 50,
+    # s2 {y} 90, s3 {z} 50: eligible s0, s1 -> a, b; s2 -> b, c; s3 -> c, d. Greedy
+    # (largest rate first among equally constrained, most room first) puts s2 on b and
+    # leaves s0 and s1 one node; the matching puts s2 on c, s0 on b (most room), s1 on a,
+    # s3 on d.
+    x, y, z = frozenset("x"), frozenset("y"), frozenset("z")
+    req = StartEstimateRequest(
+        0.0, nodes(100, 200, 100, 100, labels={"a": x, "b": x | y, "c": y | z, "d": z}), (),
+        (job("g", 50, 50, 90, 50, run=5, labels=(x, x, y, z)),),
+    )
+    reply = estimate_starts(req)
+    assert reply.starts["g"] == 0.0
+    assert reply.nodes["g"] == ("b", "a", "c", "d")
+
+
 def test_a_late_running_subtask_counts_as_ending_now() -> None:
     # The booking's expected end (50) has passed at now=70: its node counts as free now.
     req = StartEstimateRequest(70.0, nodes(100), (Booking("a", 100, 50.0),),
