@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from global_manager.flow_placement import PendingSubtask, _fits, _max_matching
+from global_manager.flow_placement import FIT_SLACK, PendingSubtask, _fits, _max_matching
 
 __all__ = [
     "Booking",
@@ -240,6 +240,12 @@ class _Walk:
         self._ranked.clear()
 
 
+def _room_limit(free: list[float]) -> float:
+    """The largest rate that fits some node's ``free`` budget (the fit rule's slack)."""
+    top = max(free, default=-math.inf)
+    return top + FIT_SLACK * max(1.0, abs(top)) if math.isfinite(top) else top
+
+
 def estimate_starts(req: StartEstimateRequest) -> StartEstimateReply:
     """Each pending job's estimated start; see the module docstring for the walk."""
     _validate(req)
@@ -260,13 +266,20 @@ def estimate_starts(req: StartEstimateRequest) -> StartEstimateReply:
     starts: dict[str, float | None] = {}
     nodes: dict[str, tuple[str, ...]] = {}
     waiting = list(req.queue)
+    biggest = {j.job_id: max((s.rate for s in j.subtasks), default=0.0) for j in req.queue}
     t = req.now
     valid_until = math.inf
     while waiting:
         walk.release_until(t)
-        for job in list(waiting):
+        top = _room_limit(walk.free)
+        still: list[QueuedJob] = []
+        for job in waiting:
+            if biggest[job.job_id] > top:  # its largest subtask fits no node
+                still.append(job)
+                continue
             if job.job_id == holder:
                 if t < shadow:
+                    still.append(job)
                     continue
                 allowed = only_held
             elif holder is not None and hold is not None and hold.shadow is not None \
@@ -276,14 +289,16 @@ def estimate_starts(req: StartEstimateRequest) -> StartEstimateReply:
                 allowed = unheld if holder is not None else anywhere
             got = walk.gang(job, allowed)
             if got is None:
+                still.append(job)
                 continue
             starts[job.job_id] = t
             nodes[job.job_id] = tuple(req.nodes[k].name for k in got)
             walk.book(job, got, t)
-            waiting.remove(job)
+            top = _room_limit(walk.free)
             if job.job_id == holder:
                 holder = None
                 unheld = anywhere
+        waiting = still
         nxt = walk.next_event()
         if holder is not None and t < shadow and (nxt is None or shadow < nxt):
             nxt = shadow  # the held job's turn comes at its shadow time
