@@ -766,7 +766,8 @@ class GlobalService:
 
     def queue(self) -> list[dict[str, Any]]:
         """Pending and running jobs, pending first in the order they would be placed
-        (priority, then wait), each with user, priority, wait (model s) and reason."""
+        (priority, then wait), each with user, priority, wait (model s), reason and, for
+        a pending job, its estimated start (model s and wall-clock ISO 8601 UTC)."""
         with self._lock:
             now = self.clock.now()
             live = [i for i in self.jobs.values() if not i.state.final]
