@@ -22,14 +22,15 @@ jobs hold over the grid's QoS budget (one resource, so DRF's dominant share); 1 
 users kept waiting hold equal shares (what weighted DRF with equal weights aims at).
 ``placement_cycles``: placement cycles run (cycles with nothing new are skipped);
 ``solver_ms_per_cycle``: wall time of the placement calls over the cycles run
-(measured: it varies between runs, the other columns do not); ``end_time`` (s);
+(measured: it varies between runs, the other columns do not); ``end_time`` (s).
+
+Writes ``results.csv``, ``results.json`` (rows and configuration) and ``placement.png``
+(mean wait, Φ and Jain's index against lambda, one line per placement) into ``--out``.
+
 ``start_estimate_mae`` (s): the mean absolute error of the jobs' first start estimates
 (made when a job is still pending after its arrival's placement cycle,
 :meth:`~global_manager.core.GlobalManagerCore.start_estimates`) against their actual
 starts, over the jobs that waited and started.
-
-Writes ``results.csv``, ``results.json`` (rows and configuration) and ``placement.png``
-(mean wait, Φ and Jain's index against lambda, one line per placement) into ``--out``.
 """
 
 from __future__ import annotations

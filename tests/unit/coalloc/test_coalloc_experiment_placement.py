@@ -17,7 +17,6 @@ from coalloc.experiments.placement import (
     jain,
     jain_over_contention,
     run_cell,
-    start_estimate_mae,
 )
 from global_manager.simulator import JobResult
 from workloads.model import JobSpec, QosClass, SubtaskSpec
@@ -81,6 +80,8 @@ def test_jain_over_contention_by_hand() -> None:
 
 def test_start_estimate_mae_by_hand() -> None:
     from dataclasses import replace
+
+    from coalloc.experiments.placement import start_estimate_mae
 
     # a: estimated 50, started 0 + 80 = 80 -> 30; b: estimated 300, started 10 + 250 =
     # 260 -> 40; c: never estimated (placed at once); d: estimated but never started.
