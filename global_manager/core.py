@@ -45,6 +45,14 @@ from global_manager.flow_placement import (
 )
 from global_manager.flow_placement import place_pending as flow_place_pending
 from global_manager.policies import Policy
+from global_manager.start_estimate import (
+    Booking,
+    EstimateCache,
+    EstimateNode,
+    Hold,
+    QueuedJob,
+    StartEstimateRequest,
+)
 from workloads.model import (
     Demand,
     JobPhase,
@@ -185,6 +193,7 @@ class GlobalManagerCore:
         self.cycles_run = 0
         #: Nodes placement skips: their manager is dead, stale or lost (live runtime).
         self.down: set[str] = set()
+        self._estimates = EstimateCache()
 
     # ------------------------------------------------------------------ queries
     def budget(self, node: str) -> float:
@@ -645,6 +654,36 @@ class GlobalManagerCore:
                 ),
             )
         return rec.reasons
+
+    def start_estimates(self, now: float) -> Mapping[str, float | None]:
+        """Each pending job's estimated start (model s, ``>= now``; ``None``: cannot be
+        estimated), like ``squeue --start``: :func:`~global_manager.start_estimate.
+        estimate_starts` over the nodes placement may use, the running strict subtasks
+        booked until their expected ends (start + work / expected rate), the queue in
+        placement order (each job running ``max_i w_i / x_i`` once started) and the drain
+        reservation with its :meth:`_shadow` time. Walked again only when the queue, the
+        jobs or the nodes changed, or a release event passed."""
+        bookings = tuple(
+            Booking(st.node, st.expected_rate,
+                    job.arrival + st.work / st.expected_rate if st.expected_rate > 0
+                    else math.inf)
+            for job in self.jobs.values() if job.running and job.spec.qos is QosClass.STRICT
+            for st in (job.subtasks[i] for i in sorted(job.running))
+        )
+        queue = []
+        for rec in sorted(self.pending.values(),
+                          key=lambda r: (-r.spec.priority, r.arrival, r.seq)):
+            works, _, rates = self._shape(rec.spec)
+            run = max((w / x for w, x in zip(works, rates) if x > 0), default=math.inf)
+            subs = tuple(PendingSubtask(x, rec.spec.labels_of(i)) for i, x in enumerate(rates))
+            queue.append(QueuedJob(rec.job_id, subs, run))
+        hold = None
+        if self._drain is not None and self._drain[0] in self.pending:
+            hold = Hold(self._drain[0], self._drain[1], self._shadow(*self._drain))
+        nodes = tuple(EstimateNode(n.name, self.budget(n.name), n.labels)
+                      for n in self.nodes.values() if n.name not in self.down)
+        req = StartEstimateRequest(now, nodes, bookings, tuple(queue), hold)
+        return self._estimates.get(req).starts
 
     def next_expiry(self) -> float | None:
         """The earliest time (s) a pending job's ``max_wait`` runs out, if any."""

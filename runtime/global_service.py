@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -720,11 +721,32 @@ class GlobalService:
         return self.job(job_id)
 
     # ------------------------------------------------------------------ queries
-    def _with_reasons(self, info: JobInfo) -> dict[str, Any]:
+    def start_estimates(self) -> Mapping[str, float | None]:
+        """Each pending job's estimated start (model s; None: cannot be estimated),
+        from the next start boundary (:meth:`GlobalManagerCore.start_estimates`: walked
+        again only when the queue, the jobs or the nodes changed)."""
+        with self._lock:
+            return self.core.start_estimates(self.start_boundary())
+
+    def _wall_time(self, model: float | None) -> str | None:
+        """Model time ``model`` (s) as a wall-clock ISO 8601 time in UTC (None if not
+        known or the clock has no time base)."""
+        base = getattr(self.clock, "base", None)
+        if model is None or base is None:
+            return None
+        real = datetime.fromtimestamp(base.real_at(model), tz=timezone.utc)
+        return real.isoformat(timespec="seconds")
+
+    def _with_reasons(
+        self, info: JobInfo, starts: Mapping[str, float | None] | None = None
+    ) -> dict[str, Any]:
         d = info.to_dict()
         now = self.clock.now()
         if info.state is JobPhase.PENDING:
             d["wait"] = now - (info.queued_at if info.queued_at is not None else info.submitted_at)
+            est = (self.start_estimates() if starts is None else starts).get(info.job_id)
+            d["estimated_start"] = est
+            d["estimated_start_time"] = self._wall_time(est)
             try:
                 reasons = self.core.pending_reasons(info.job_id)
             except KeyError:
@@ -751,7 +773,8 @@ class GlobalService:
 
     def queue(self) -> list[dict[str, Any]]:
         """Pending and running jobs, pending first in the order they would be placed
-        (priority, then wait), each with user, priority, wait (model s) and reason."""
+        (priority, then wait), each with user, priority, wait (model s), reason and, for
+        a pending job, its estimated start (model s and wall-clock ISO 8601 UTC)."""
         with self._lock:
             now = self.clock.now()
             live = [i for i in self.jobs.values() if not i.state.final]
@@ -759,14 +782,16 @@ class GlobalService:
                                      i.queued_at if i.queued_at is not None else i.submitted_at,
                                      i.job_id))
             out = []
+            starts = self.start_estimates()
             for info in live:
-                d = self._with_reasons(info)
+                d = self._with_reasons(info, starts)
                 if info.state is JobPhase.RUNNING:
                     d["wait"] = (info.start_at or now) - (
                         info.queued_at if info.queued_at is not None else info.submitted_at)
                 out.append({k: d.get(k) for k in (
                     "job_id", "name", "qos", "user", "priority", "state", "wait", "reason",
-                    "nodes", "attempt", "pending_reasons", "start_at")})
+                    "nodes", "attempt", "pending_reasons", "start_at", "estimated_start",
+                    "estimated_start_time")})
             return out
 
     def describe(self) -> dict[str, Any]:
@@ -790,7 +815,8 @@ class GlobalService:
                 }
                 for n in self.nodes
             ]
-            jobs = [self._with_reasons(info) for info in self.jobs.values()]
+            starts = self.start_estimates()
+            jobs = [self._with_reasons(info, starts) for info in self.jobs.values()]
         return {
             "policy": self.policy.name,
             "queue": self.core.config.queue.value,
