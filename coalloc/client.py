@@ -186,7 +186,9 @@ class Client:
     def queue(self) -> list[dict[str, Any]]:
         """Pending and running jobs, pending first in placement order: ``job_id``,
         ``name``, ``qos``, ``user``, ``priority``, ``state``, ``wait`` (model s),
-        ``reason``, ``nodes``, ``attempt``, ``pending_reasons``."""
+        ``reason``, ``nodes``, ``attempt``, ``pending_reasons`` and, for a pending job,
+        ``estimated_start`` (model s; None: cannot be estimated) and
+        ``estimated_start_time`` (ISO 8601, UTC)."""
         return list(self._call("queue"))
 
     def cancel(self, job_id: str) -> dict[str, Any]:

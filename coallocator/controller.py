@@ -49,7 +49,7 @@ reporting (``Window`` names what held the job back: ``pace`` for a rate-matching
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -232,9 +232,12 @@ def control(request: ControlRequest, config: ControllerConfig | None = None) -> 
         math.isfinite(request.period) and request.period > 0
     ):
         raise ValueError(f"period: pace control needs a period > 0 s, got {request.period!r}")
+    paces = gang_paces(request.jobs) if cfg.mode is ControlMode.PACE else {}
     for job in request.jobs:
         if cfg.mode is ControlMode.PACE:
-            decisions.append(_pace_job(job, request.real_time, request.period, cfg, slack))
+            decisions.append(
+                _pace_job(job, request.real_time, request.period, cfg, slack, paces.get(job.job_id))
+            )
         else:
             decisions.append(_control_job(job, request.real_time, cfg, slack))
     return ControlReply(decisions=tuple(decisions), node_slack=slack)
@@ -354,15 +357,43 @@ _SATURATED = 1.0 - 1e-6
 
 
 def initial_rate_cap(
-    config: ControllerConfig, enabled: bool, strict: bool, n_subtasks: int, expected_rate: float
+    config: ControllerConfig,
+    enabled: bool,
+    strict: bool,
+    n_subtasks: int,
+    expected_rate: float,
+    pace: float = 1.0,
 ) -> float:
     """The rate cap (Mcycles/s; 0 = none) a subtask starts with: under pace control a
-    strict gang of two or more starts at its expected rate, so its first period runs in
-    step and measures each node's capability (the global manager places it with this cap,
-    the controller registers it with the same)."""
+    strict gang of two or more starts at ``pace`` times its expected rate (``pace``: the
+    gang's guaranteed pace, :func:`guaranteed_pace`; 1 = the expected rate), so its first
+    period runs in step and measures each node's capability (the global manager places
+    it with this cap, the controller registers it with the same)."""
     if enabled and config.mode is ControlMode.PACE and strict and n_subtasks >= 2:
-        return expected_rate
+        return expected_rate * max(1.0, pace)
     return 0.0
+
+
+def guaranteed_pace(members: Iterable[tuple[float, float, float, float]]) -> float:
+    """The pace (a multiple of the expected rate, >= 1) every member of a gang is sure to
+    reach on its node in its first period, before any node has reported: per member
+    ``(expected rate x_i, its node's QoS share of the CPU, the strict expected rates the
+    node carries with the gang placed, the member's full speed)``, all Mcycles/s.
+
+    The QoS queue gives its strict subtasks at least its share split by their weights
+    (their expected rates), whatever the other queues ask, so a member gets at least
+    ``x_i * qos_cpu / booked``, and never more than its full speed. A gang that starts
+    at the least of these over its members runs in step from the first period and
+    loses no cycle at the expected rate on nodes that could give more (the first
+    reports then say what each node can really give). Never below 1: admission
+    guarantees the expected rate."""
+    pace = math.inf
+    for expected, qos_cpu, booked, full_speed in members:
+        if expected <= 0:
+            continue
+        share = qos_cpu / booked if booked > 0 else math.inf
+        pace = min(pace, share, full_speed / expected)
+    return max(1.0, pace) if math.isfinite(pace) else 1.0
 
 
 def pace_targets(subs: tuple[SubtaskState, ...], period: float) -> tuple[float, list[float]]:
@@ -385,14 +416,92 @@ def pace_targets(subs: tuple[SubtaskState, ...], period: float) -> tuple[float, 
     return min(s.virtual_time + c * period for s, c in zip(subs, caps)), caps
 
 
+#: Two paces within this relative distance are one level of the filling.
+_LEVEL_TOLERANCE = 1e-9
+
+
+def gang_paces(jobs: Iterable[JobState]) -> dict[str, float]:
+    """Each gang's pace (a multiple of its members' expected rates) by max-min fair
+    progressive filling over the nodes, from what the nodes reported.
+
+    A member's ``capability`` ``c_i`` is what its node would give it with every rate cap
+    there lifted (its fair share of the node, per unit of expected rate), so a node
+    ``n`` can give the gangs' members on it ``C_n = sum_i c_i x_i`` Mcycles/s in all. A
+    member whose ``c_i`` is below the node's level ``max_i c_i`` is held by its own
+    demand (its full speed) and never takes more than ``c_i``. Every gang's pace rises
+    together; a gang stops when a node it uses is full or a member reaches its full
+    speed; the others go on rising into what it leaves. So a gang held back on one
+    node gives what it does not use on its other nodes to the gangs that can use it
+    (a fast node's CPU is not kept for a member that only paces behind a slow one), and
+    no gang runs slower than at its slowest node's fair level, what an uncoordinated
+    member would get there (the strict baseline).
+
+    Gangs with a member whose capability is not known yet are left out (the caller
+    falls back to the member's clock rate for them)."""
+    members: dict[str, list[tuple[str, float, float]]] = {}  # job -> (node, x, c)
+    for job in jobs:
+        if not job.subtasks or any(s.capability is None for s in job.subtasks):
+            continue
+        members[job.job_id] = [
+            (s.node, s.admitted_weight, max(0.0, s.capability or 0.0)) for s in job.subtasks
+        ]
+    room: dict[str, float] = {}
+    level: dict[str, float] = {}
+    for ms in members.values():
+        for node, x, c in ms:
+            room[node] = room.get(node, 0.0) + c * x
+            level[node] = max(level.get(node, 0.0), c)
+    paces: dict[str, float] = {}
+    active = dict(members)
+    while active:
+        weight: dict[str, float] = {}
+        for ms in active.values():
+            for node, x, _ in ms:
+                weight[node] = weight.get(node, 0.0) + x
+        # The next pace at which a node fills up or a member reaches its own limit.
+        node_level = {n: max(0.0, room[n]) / w for n, w in weight.items() if w > 0}
+        bound = {
+            jid: min(
+                [node_level.get(n, math.inf) for n, _, _ in ms]
+                + [c for n, _, c in ms if c < level[n] * (1 - _LEVEL_TOLERANCE)]
+            )
+            for jid, ms in active.items()
+        }
+        t = min(bound.values())
+        if not math.isfinite(t):
+            for jid in active:
+                paces[jid] = 0.0
+            break
+        done = [jid for jid, b in bound.items() if b <= t * (1 + _LEVEL_TOLERANCE)]
+        for jid in done:
+            paces[jid] = t
+            for node, x, _ in active.pop(jid):
+                room[node] -= t * x
+    return paces
+
+
 def _pace_job(
-    job: JobState, real_time: float, period: float, cfg: ControllerConfig, slack: dict[str, float]
+    job: JobState,
+    real_time: float,
+    period: float,
+    cfg: ControllerConfig,
+    slack: dict[str, float],
+    pace: float | None = None,
 ) -> JobDecision:
     subs = job.subtasks
     if not subs:
         return JobDecision(job.job_id, real_time, 0.0, Window.NONE, ())
     _, mean_v, phi = _clocks(subs)
-    t_next, capability = pace_targets(subs, period)
+    if pace is not None:
+        # Every member aims where the last one gets at the gang's pace: the laggard runs
+        # at the pace, the others just enough to meet it (the feedback term), which also
+        # removes the phase difference.
+        t_next = min(s.virtual_time for s in subs) + pace * period
+        capability = [
+            s.capability if s.capability is not None else math.inf for s in subs
+        ]
+    else:
+        t_next, capability = pace_targets(subs, period)
     behind = mean_v - real_time < -job.overall_deviation
     window = Window.NONE
     changes: list[WeightChange] = []
@@ -400,16 +509,20 @@ def _pace_job(
         x = s.admitted_weight
         need = max(0.0, (t_next - s.virtual_time) / period)
         floor = cfg.weight_floor
-        if need >= c * _SATURATED and s.capability is None:
+        bounding = need >= c * _SATURATED
+        if pace is not None:
+            # The gang's pace is what the nodes can give it (gang_paces): held to it.
+            cap = max(need, floor) * x
+        elif bounding and s.capability is None:
             cap = 0.0  # it needs all it can get, and only running uncapped tells how much
-        elif need >= c * _SATURATED:
+        elif bounding:
             # It bounds the group: held to what its node said it can give, so a node that
             # has more next period cannot pull it ahead (its report then says so).
             cap = max(c, floor) * x
         else:
             cap = max(need, floor) * x
         weight, from_slack = s.weight, 0.0
-        if cap == 0.0 and behind and cfg.straggler_boost:
+        if (cap == 0.0 or (pace is not None and bounding)) and behind and cfg.straggler_boost:
             # A bounding subtask of a job behind its window: more weight from the slack.
             want = (real_time - s.virtual_time) * x * cfg.gain
             from_slack = min(max(0.0, want), slack.get(s.node, 0.0))

@@ -102,6 +102,9 @@ class JobClockView:
     max_phase_difference: float = 0.0
     window_violation_fraction: float | None = None
     rate_caps: tuple[float, ...] = ()
+    #: The job's windows ``E_t`` and ``A_t`` (s; inf: none).
+    overall_deviation: float = math.inf
+    asynchrony: float = math.inf
 
 
 def violation_fraction(violations: int, periods: int) -> float | None:
@@ -151,7 +154,7 @@ class ControllerCore:
         for st in subs:
             st.rate_cap = initial_rate_cap(
                 self.config, self.enabled, reg.qos is QosClass.STRICT, len(subs),
-                st.admitted_weight,
+                st.admitted_weight, reg.initial_pace,
             )
         e = float(reg.overall_deviation if reg.overall_deviation is not None else math.inf)
         a = float(reg.asynchrony if reg.asynchrony is not None else math.inf)
@@ -442,6 +445,8 @@ class ControllerCore:
                 job.tracker.window_violations, job.tracker.periods
             ),
             rate_caps=tuple(s.rate_cap for s in job.subtasks),
+            overall_deviation=job.overall_deviation,
+            asynchrony=job.asynchrony,
         )
 
     def finish_all(self) -> None:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from coallocator.controller import initial_rate_cap
+from coallocator.controller import guaranteed_pace, initial_rate_cap
 from global_manager.admission import AdmissionPolicy
-from global_manager.flow_placement import PendingReason, ReasonKind
+from global_manager.flow_placement import PendingReason, PendingSubtask, ReasonKind
 from global_manager.job_table import JobRecord, JobTable
 from global_manager.pending_queue import PendingQueue, PendingRecord
 from global_manager.placer import (
@@ -40,10 +40,19 @@ from global_manager.placer import (
     SplitShape,
     expected_rates,
     explain,
+    hold_shadow,
     never_placeable,
     placement_policies,
 )
 from global_manager.policies import Policy
+from global_manager.start_estimate import (
+    Booking,
+    EstimateCache,
+    EstimateNode,
+    Hold,
+    StartEstimateRequest,
+)
+from global_manager.start_estimate import QueuedJob as EstimatedJob
 from workloads.model import (
     Demand,
     JobPhase,
@@ -154,6 +163,7 @@ class GlobalManagerCore:
         self.queue = PendingQueue()
         #: Nodes placement skips: their manager is dead, stale or lost (live runtime).
         self.down: set[str] = set()
+        self._estimates = EstimateCache()
 
     # ------------------------------------------------------- the parts' state
     @property
@@ -332,6 +342,7 @@ class GlobalManagerCore:
     def _start(self, job_id: str, spec: JobSpec, now: float, p: Placement) -> Admission:
         strict = spec.qos is QosClass.STRICT
         subtasks = []
+        pace = self._guaranteed_pace(spec, list(p.rates), p.nodes) if strict else 1.0
         for i, node in enumerate(p.nodes):
             src = spec.subtasks[i] if spec.subtasks else None
             subtasks.append(
@@ -353,11 +364,31 @@ class GlobalManagerCore:
                         strict,
                         len(p.nodes),
                         p.rates[i],
+                        pace,
                     ),
                 )
             )
         self.table.add(job_id, spec, now, tuple(subtasks))
         return Admission(job_id, True, "", tuple(subtasks), placed_at=now)
+
+    def _guaranteed_pace(
+        self, spec: JobSpec, rates: list[float], nodes: tuple[str, ...]
+    ) -> float:
+        """The pace a strict gang placed on ``nodes`` starts at
+        (:func:`coallocator.controller.guaranteed_pace`), from the nodes' QoS shares and
+        the strict rates they carry with the gang."""
+        members = []
+        for i, name in enumerate(nodes):
+            node = self.nodes[name]
+            demand = spec.subtasks[i].demand if spec.subtasks else None
+            cores = demand.cpu if demand is not None else 1.0
+            members.append((
+                rates[i],
+                self.config.qos_share * node.cpu_rate,
+                self.committed[name] + rates[i],
+                min(cores, node.cores) * node.speed_mhz,
+            ))
+        return guaranteed_pace(members)
 
     # ------------------------------------------------------------ pending queue
     def _reserve_after(self) -> float | None:
@@ -421,6 +452,43 @@ class GlobalManagerCore:
                 ),
             )
         return rec.reasons
+
+    def start_estimates(self, now: float) -> Mapping[str, float | None]:
+        """Each pending job's estimated start (model s, ``>= now``; ``None``: cannot be
+        estimated), like ``squeue --start``: :func:`~global_manager.start_estimate.
+        estimate_starts` over the nodes placement may use, the running strict subtasks
+        booked until their expected ends (start + work / expected rate), the queue in
+        placement order (each job running ``max_i w_i / x_i`` once started) and the drain
+        reservation with its shadow time (:func:`~global_manager.placer.hold_shadow`).
+        Walked again only when the queue, the jobs or the nodes changed, or a release
+        event passed."""
+        bookings = tuple(
+            Booking(st.node, st.expected_rate,
+                    job.arrival + st.work / st.expected_rate if st.expected_rate > 0
+                    else math.inf)
+            for job in self.jobs.values() if job.running and job.spec.qos is QosClass.STRICT
+            for st in (job.subtasks[i] for i in sorted(job.running))
+        )
+        queue = []
+        for rec in sorted(self.pending.values(),
+                          key=lambda r: (-r.spec.priority, r.arrival, r.seq)):
+            works, _, rates = self._shape(rec.spec)
+            run = max((w / x for w, x in zip(works, rates) if x > 0), default=math.inf)
+            subs = tuple(PendingSubtask(x, rec.spec.labels_of(i)) for i, x in enumerate(rates))
+            queue.append(EstimatedJob(rec.job_id, subs, run))
+        hold = None
+        drain = self.queue.hold
+        if drain is not None and drain.job_id in self.pending:
+            head = self.pending[drain.job_id]
+            shadow = hold_shadow(
+                self._request(now, (), queue=True),
+                self._queued(head.job_id, head.spec, head.arrival), drain.nodes,
+            )
+            hold = Hold(drain.job_id, drain.nodes, shadow)
+        nodes = tuple(EstimateNode(n.name, self.budget(n.name), n.labels)
+                      for n in self.nodes.values() if n.name not in self.down)
+        req = StartEstimateRequest(now, nodes, bookings, tuple(queue), hold)
+        return self._estimates.get(req).starts
 
     def next_expiry(self) -> float | None:
         """The earliest time (s) a pending job's ``max_wait`` runs out, if any."""

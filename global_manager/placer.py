@@ -663,6 +663,12 @@ class FlowPlacement(GreedyPlacement):
                 grid.commit(job, Placement(nodes, job.works, job.weights, job.rates))
 
 
+def hold_shadow(request: CycleRequest, head: QueuedJob, held: tuple[str, ...]) -> float | None:
+    """When the job ``head``, holding the nodes ``held``, is expected to fit there on the
+    grid of ``request`` (s; :func:`_shadow`)."""
+    return _shadow(_Grid(request), head, held)
+
+
 def _shadow(grid: _Grid, head: QueuedJob, held: tuple[str, ...]) -> float | None:
     """When the held job is expected to fit on its held nodes (s): for each held node,
     the time its running strict subtasks (each expected to end at its start plus ``work

@@ -66,6 +66,10 @@ class JobResult:
     #: completed, running (cut by max_time), pending, expired or rejected.
     state: str = ""
     user: str = "default"
+    #: The first estimate of its start (s, :meth:`GlobalManagerCore.start_estimates`),
+    #: made when it was still pending after its arrival's placement cycle; None if it
+    #: never waited or could not be estimated.
+    estimated_start: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +183,7 @@ def simulate(
                     active += _start(results[adm.job_id], adm, now, schedulers, ctl)
                 for adm in cyc.expired:
                     results[adm.job_id].admission = adm
+                _first_estimates(gm, now, results)
             expiry = gm.next_expiry() if waits else None
             if active == 0:
                 nxt = jobs[next_job].arrival if next_job < len(jobs) else math.inf
@@ -308,6 +313,19 @@ class _Outcome:
     spec: JobSpec
     admission: Admission
     completed_at: float | None = None
+    estimated: bool = False
+    estimated_start: float | None = None
+
+
+def _first_estimates(gm: GlobalManagerCore, now: float, results: dict[str, _Outcome]) -> None:
+    """Record the first start estimate of every job newly in the pending queue."""
+    new = [results[j] for j in gm.pending if not results[j].estimated]
+    if not new:
+        return
+    starts = gm.start_estimates(now)
+    for out in new:
+        out.estimated = True
+        out.estimated_start = starts.get(out.admission.job_id)
 
 
 def _admit(
@@ -382,4 +400,5 @@ def _job_result(r: _Outcome, ctl: ControllerCore, gm: GlobalManagerCore) -> JobR
         wait=(adm.placed_at - spec.arrival) if adm.placed_at is not None else None,
         state=state,
         user=spec.user,
+        estimated_start=r.estimated_start,
     )

@@ -454,19 +454,10 @@ class LocalScheduler:
 
         available: dict[tuple[str, int], float] | None = None
         if uncapped:
-            # What a capped subtask could have had without its cap: its own grant plus
-            # what nobody used (all the node's CPU when idle CPU may be borrowed, else the
-            # QoS share) and what the caps made the QoS queue lend out; at most its demand.
-            if borrow or self.config.work_conserving:
-                spare = capacity - sum(granted.values()) + lent_from_qos
-            else:
-                spare = qos_share_cpu - sum(
-                    granted.get(e.subtask.key, 0.0) for e in by_queue[QueueName.QOS]
-                )
-            spare = max(0.0, spare)
-            available = {
-                key: min(demand, granted.get(key, 0.0) + spare) for key, demand in uncapped.items()
-            }
+            available = self._available_uncapped(
+                by_queue[QueueName.QOS], uncapped, cap, queue_demand, released, capacity,
+                full_cpu, borrow,
+            )
 
         result = self._account(
             real_time, cycle, entries, granted, queue_cpu, virtual_idle, lent, capacity,
@@ -478,6 +469,48 @@ class LocalScheduler:
             else _LastCycle(cycle, granted, queue_cpu, virtual_idle, lent, available)
         )
         return result
+
+    def _available_uncapped(
+        self,
+        qos: list[_Entry],
+        uncapped: Mapping[tuple[str, int], float],
+        cap: Mapping[tuple[str, int], float],
+        queue_demand: list[float],
+        released: float,
+        capacity: float,
+        full_cpu: float,
+        borrow: bool,
+    ) -> dict[tuple[str, int], float]:
+        """What each capped QoS subtask would get this cycle were every rate cap on the
+        node lifted at once (Mcycles): the queues split the node with the QoS queue's
+        uncapped demand, so what the caps passed on to the grid-local and best-effort
+        queues (or left idle, where idle CPU may be borrowed) is the QoS queue's to take
+        back; inside the queue the subtasks share it by weight as they would uncapped.
+
+        Every capped subtask on the node is counted as a competitor, not only the one
+        asking: the controller shares what a node can give among the gangs that need it
+        (:func:`coallocator.controller.gang_paces`), so each report says the node's fair
+        level, not a claim on everything the others leave."""
+        qi = _QUEUES.index(QueueName.QOS)
+        lifted_demand = min(queue_demand[qi] + released, capacity)
+        if self.config.work_conserving:
+            lifted = list(queue_demand)
+            lifted[qi] = lifted_demand
+            qos_cpu = self._split_queues(capacity, lifted)[QueueName.QOS]
+        elif borrow:
+            others = sum(
+                min(d, w * capacity)
+                for q, d, w in zip(_QUEUES, queue_demand, self._queue_shares)
+                if q is not QueueName.QOS
+            )
+            qos_cpu = min(lifted_demand, capacity - others)
+        else:
+            qos_cpu = min(lifted_demand, self._queue_shares[qi] * capacity)
+        demands = dict(cap)
+        demands.update(uncapped)
+        shares: dict[tuple[str, int], float] = {}
+        self._share_queue(qos, qos_cpu, demands, QueueName.QOS, full_cpu, capacity, shares)
+        return {key: shares.get(key, 0.0) for key in uncapped}
 
     def _split_queues(self, capacity: float, demand: list[float]) -> dict[QueueName, float]:
         shares = self._queue_shares

@@ -421,6 +421,9 @@ class GlobalManagerActor:
             for node, _, _ in placements
         }
         journal = self.info.get("gm_journal")
+        from runtime.metrics import RayGlobalMetrics
+
+        self.metrics = RayGlobalMetrics()
         # Built by Ray again after a crash (max_restarts): the journal is then recovered.
         self.service = GlobalService(
             [node for node, _, _ in placements],
@@ -428,6 +431,7 @@ class GlobalManagerActor:
             self.clock,
             _RayDispatch(self.controller, self.local_managers),
             Path(journal) if journal else None,
+            self.metrics,
         )
         self.reconciled = 0
         self._stop = threading.Event()
@@ -486,6 +490,7 @@ class GlobalManagerActor:
                     last_error.setdefault(refs[ref], "no answer")
             try:
                 self.service.check_nodes(last_error)
+                self.metrics.state(self.service.gauges())
             except Exception:  # noqa: BLE001
                 log.exception("node check failed")
 

@@ -89,12 +89,16 @@ class CommandSink(Protocol):
 class Metrics(Protocol):
     """Observability hooks (Ray's ``ray.util.metrics`` in the actor; no-ops in tests)."""
 
-    def period(self, views: Iterable[Any], received: int, dropped: Mapping[str, int]) -> None:
+    def period(self, views: Iterable[Any], received: int, dropped: Mapping[str, int],
+               now: float | None = None) -> None:
+        """After the control period at model time ``now`` (s): the tracked jobs' views,
+        reports received and frames dropped by reason (running totals)."""
         ...
 
 
 class NullMetrics:
-    def period(self, views: Iterable[Any], received: int, dropped: Mapping[str, int]) -> None:
+    def period(self, views: Iterable[Any], received: int, dropped: Mapping[str, int],
+               now: float | None = None) -> None:
         return None
 
 
@@ -383,11 +387,9 @@ class ControllerService:
             self.counters["periods"] += 1
             self._flush()
             views = [v for v in (self.core.view(j) for j in list(self.core.jobs)) if v]
-        dropped = {
-            k: int(v)
-            for k, v in self.reports.counters().get("dropped", {}).items()
-        }
-        self.metrics.period(views, self.counters["reports_received"], dropped)
+            counters = dict(self.counters)
+        dropped = self._dropped_by_reason(dict(self.reports.counters()), counters)
+        self.metrics.period(views, counters["reports_received"], dropped, t)
         return cmds
 
     def stop(self) -> None:
@@ -436,6 +438,20 @@ class ControllerService:
             k += 1
 
     # ------------------------------------------------------------------ status
+    @staticmethod
+    def _dropped_by_reason(
+        transport: Mapping[str, Any], counters: Mapping[str, int]
+    ) -> dict[str, int]:
+        """Every drop by reason (frames, running totals): the transport's, and the
+        controller's own checks."""
+        dropped = {str(k): int(v) for k, v in transport.get("dropped", {}).items()}
+        dropped["wrong_node"] = dropped.get("wrong_node", 0) + counters["reports_wrong_node"]
+        dropped["old_incarnation"] = (
+            dropped.get("old_incarnation", 0) + counters["reports_old_incarnation"]
+        )
+        dropped["replayed"] = counters["reports_replayed"]
+        return dropped
+
     def status(self) -> dict[str, Any]:
         """Counters, endpoints, clock and every tracked job's clocks (JSON-able)."""
         offset, quality = self.clock.clock_status()
@@ -479,13 +495,7 @@ class ControllerService:
             incarnations = self.incarnations.snapshot()
         transport = dict(self.reports.counters())
         commands = dict(self.commands.counters())
-        # Every drop by reason: the transport's, and the controller's own checks.
-        dropped = {str(k): int(v) for k, v in transport.get("dropped", {}).items()}
-        dropped["wrong_node"] = dropped.get("wrong_node", 0) + counters["reports_wrong_node"]
-        dropped["old_incarnation"] = (
-            dropped.get("old_incarnation", 0) + counters["reports_old_incarnation"]
-        )
-        dropped["replayed"] = counters["reports_replayed"]
+        dropped = self._dropped_by_reason(transport, counters)
         secure = bool(transport.get("secure")) and bool(commands.get("secure"))
         security = {
             "mode": "curve" if secure else "insecure",

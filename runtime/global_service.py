@@ -32,15 +32,17 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
 from global_manager.core import GlobalManagerCore, QueueMode
 from global_manager.engine import start_run
 from runtime.config import RuntimeConfig
+from runtime.metrics import NullGlobalMetrics, QueueGauges
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.atomic import atomic_write_json
-from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase
+from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase, initial_pace_of
 from workloads.model import EndPolicy, JobPhase, JobSpec, Node, QosClass, Subtask
 from workloads.spec import DEFAULT_USER, job_to_dict, parse_job
 
@@ -155,10 +157,13 @@ class GlobalService:
         clock: ModelClock,
         dispatch: Dispatch,
         journal: Path | None = None,
+        metrics: NullGlobalMetrics | None = None,
     ) -> None:
         """``journal``: the file the job table is persisted to (None: not persisted); if
-        it exists the service recovers from it (see the module docstring)."""
+        it exists the service recovers from it (see the module docstring); ``metrics``:
+        its observability hooks (:mod:`runtime.metrics`)."""
         self.config = config
+        self.metrics = metrics or NullGlobalMetrics()
         self.clock = clock
         self.dispatch = dispatch
         self.policy = config.get_policy()
@@ -520,7 +525,10 @@ class GlobalService:
         """The core's placement cycle at ``start``, applied to the job table (caller holds
         the lock, persists and dispatches): the runs placed, and whether any job
         expired."""
+        ran, began = self.core.cycles_run, time.perf_counter()
         cyc = self.core.place_pending(start)
+        if self.core.cycles_run != ran:
+            self.metrics.placement_cycle(time.perf_counter() - began)
         for adm in cyc.expired:
             info = self.jobs[adm.job_id]
             info.state = JobPhase.EXPIRED
@@ -578,7 +586,7 @@ class GlobalService:
         grid = qos in (QosClass.STRICT, QosClass.LOOSE)
         registration = JobRegistration(
             run_id, qos, start, tuple((s.index, s.node, s.expected_rate) for s in subs),
-            info.overall_deviation, info.asynchrony,
+            info.overall_deviation, info.asynchrony, initial_pace_of(subs),
         ) if grid else None
         try:
             start_run(registration, subs, register, place)
@@ -713,11 +721,32 @@ class GlobalService:
         return self.job(job_id)
 
     # ------------------------------------------------------------------ queries
-    def _with_reasons(self, info: JobInfo) -> dict[str, Any]:
+    def start_estimates(self) -> Mapping[str, float | None]:
+        """Each pending job's estimated start (model s; None: cannot be estimated),
+        from the next start boundary (:meth:`GlobalManagerCore.start_estimates`: walked
+        again only when the queue, the jobs or the nodes changed)."""
+        with self._lock:
+            return self.core.start_estimates(self.start_boundary())
+
+    def _wall_time(self, model: float | None) -> str | None:
+        """Model time ``model`` (s) as a wall-clock ISO 8601 time in UTC (None if not
+        known or the clock has no time base)."""
+        base = getattr(self.clock, "base", None)
+        if model is None or base is None:
+            return None
+        real = datetime.fromtimestamp(base.real_at(model), tz=timezone.utc)
+        return real.isoformat(timespec="seconds")
+
+    def _with_reasons(
+        self, info: JobInfo, starts: Mapping[str, float | None] | None = None
+    ) -> dict[str, Any]:
         d = info.to_dict()
         now = self.clock.now()
         if info.state is JobPhase.PENDING:
             d["wait"] = now - (info.queued_at if info.queued_at is not None else info.submitted_at)
+            est = (self.start_estimates() if starts is None else starts).get(info.job_id)
+            d["estimated_start"] = est
+            d["estimated_start_time"] = self._wall_time(est)
             try:
                 reasons = self.core.pending_reasons(info.job_id)
             except KeyError:
@@ -744,7 +773,8 @@ class GlobalService:
 
     def queue(self) -> list[dict[str, Any]]:
         """Pending and running jobs, pending first in the order they would be placed
-        (priority, then wait), each with user, priority, wait (model s) and reason."""
+        (priority, then wait), each with user, priority, wait (model s), reason and, for
+        a pending job, its estimated start (model s and wall-clock ISO 8601 UTC)."""
         with self._lock:
             now = self.clock.now()
             live = [i for i in self.jobs.values() if not i.state.final]
@@ -752,14 +782,16 @@ class GlobalService:
                                      i.queued_at if i.queued_at is not None else i.submitted_at,
                                      i.job_id))
             out = []
+            starts = self.start_estimates()
             for info in live:
-                d = self._with_reasons(info)
+                d = self._with_reasons(info, starts)
                 if info.state is JobPhase.RUNNING:
                     d["wait"] = (info.start_at or now) - (
                         info.queued_at if info.queued_at is not None else info.submitted_at)
                 out.append({k: d.get(k) for k in (
                     "job_id", "name", "qos", "user", "priority", "state", "wait", "reason",
-                    "nodes", "attempt", "pending_reasons", "start_at")})
+                    "nodes", "attempt", "pending_reasons", "start_at", "estimated_start",
+                    "estimated_start_time")})
             return out
 
     def describe(self) -> dict[str, Any]:
@@ -783,7 +815,8 @@ class GlobalService:
                 }
                 for n in self.nodes
             ]
-            jobs = [self._with_reasons(info) for info in self.jobs.values()]
+            starts = self.start_estimates()
+            jobs = [self._with_reasons(info, starts) for info in self.jobs.values()]
         return {
             "policy": self.policy.name,
             "queue": self.core.config.queue.value,
@@ -793,3 +826,22 @@ class GlobalService:
             "global_counters": dict(self.counters),
             "journal_error": self.journal_error,
         }
+
+    def gauges(self) -> QueueGauges:
+        """Queue length, running jobs, the oldest pending job's wait (model s) and each
+        node's health, for the metrics (cheap: no pending reasons are worked out)."""
+        with self._lock:
+            now = self.clock.now()
+            pending = [i for i in self.jobs.values() if i.state is JobPhase.PENDING]
+            waits = [now - (i.queued_at if i.queued_at is not None else i.submitted_at)
+                     for i in pending]
+            return QueueGauges(
+                pending=len(pending),
+                running=sum(1 for i in self.jobs.values() if i.state is JobPhase.RUNNING),
+                oldest_wait=max(waits, default=0.0),
+                node_health=tuple(
+                    (n.name, "lost" if n.name in self.lost
+                     else "stale" if n.name in self.core.down else "up")
+                    for n in self.nodes
+                ),
+            )

@@ -75,6 +75,9 @@ class JobRegistration:
     subtasks: tuple[tuple[int, str, float], ...]
     overall_deviation: float | None = None
     asynchrony: float | None = None
+    #: The pace (a multiple of each subtask's expected rate, >= 1) the gang starts
+    #: capped at under pace control: the global manager placed it with the same caps.
+    initial_pace: float = 1.0
 
     @staticmethod
     def of(job_id: str, spec: JobSpec, start: float, placed: Iterable[Subtask]
@@ -83,8 +86,17 @@ class JobRegistration:
         return JobRegistration(
             job_id, spec.qos, start,
             tuple((s.index, s.node, s.expected_rate) for s in placed),
-            spec.overall_deviation, spec.asynchrony,
+            spec.overall_deviation, spec.asynchrony, initial_pace_of(placed),
         )
+
+
+def initial_pace_of(placed: Iterable[Subtask]) -> float:
+    """The pace a placed gang starts at: its members' initial rate caps over their
+    expected rates (1 when uncapped)."""
+    for s in placed:
+        if s.rate_cap > 0 and s.expected_rate > 0:
+            return s.rate_cap / s.expected_rate
+    return 1.0
 
 
 class SubtaskPhase(str, Enum):

@@ -1,6 +1,8 @@
 """``coalloc status [JOB] [--json]``: jobs, subtasks, nodes, virtual clocks, the current
 phase difference and the counters (reports received, applied and dropped by reason,
-commands sent) of the running coalloc. ``--json`` prints the whole document, including
+commands sent) of the running coalloc; for a pending job, why it waits and its
+estimated start (``estimated start:``; ``--json``: ``estimated_start``, model s, and
+``estimated_start_time``, ISO 8601 UTC). ``--json`` prints the whole document, including
 ``report_endpoint``. Times are model seconds."""
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import math
 from typing import Any
 
 from coalloc.commands._runtime_args import CURVE_NOTE, INSECURE_NOTE, fmt, table
+from coalloc.commands.queue import start_text, time_from_now
 from coalloc.errors import escape_controls
 
 
@@ -69,6 +72,16 @@ def _security_line(security: dict[str, Any]) -> str:
     if security.get("spoofed_node"):
         text += f"; spoofed node {security['spoofed_node']}"
     return text
+
+
+def _estimated_start(job: dict[str, Any], st: dict[str, Any]) -> str:
+    """The wall-clock time, how far off (real time) and the model time of a pending
+    job's estimated start; ``N/A`` if it cannot be estimated."""
+    model = job.get("estimated_start")
+    if model is None:
+        return "N/A (it fits no set of nodes placement may use now)"
+    ahead = (model - st["model_time"]) / st["time_scale"]
+    return f"{start_text(job)} ({time_from_now(ahead)}; model time {fmt(model)} s)"
 
 
 def render(st: dict[str, Any], detail: bool = False) -> str:
@@ -135,6 +148,8 @@ def render(st: dict[str, Any], detail: bool = False) -> str:
         for j in st["jobs"]:
             if j.get("reason"):
                 lines.append(f"\n{j['job_id']}: {escape_controls(j['reason'])}")
+            if j.get("state") == "pending":
+                lines.append(f"  estimated start: {_estimated_start(j, st)}")
             for r in j.get("pending_reasons") or []:
                 sub = "" if r.get("subtask") is None else f" (subtask {r['subtask']})"
                 lines.append(f"  waits: {r['kind']}{sub}: {escape_controls(r['message'])}")

@@ -1,8 +1,9 @@
 """Through the real runtime on the session Ray cluster: a strict job that does not fit
-waits in the pending queue with its reason (``status JOB``, ``queue``) and runs once the
-job blocking it is cancelled; a node whose local manager stops answering (SIGSTOP) is
-lost after ``--node-timeout`` cycles, its gang is requeued whole on the other nodes and
-completes, and when the manager answers again the stopped run is not left running there.
+waits in the pending queue with its reason and its estimated start (``status JOB``,
+``queue``) and runs once the job blocking it is cancelled; a node whose local manager
+stops answering (SIGSTOP) is lost after ``--node-timeout`` cycles, its gang is requeued
+whole on the other nodes and completes, and when the manager answers again the stopped
+run is not left running there.
 
 Three emulated nodes of 300 MHz: QoS budget 150 Mcycles/s each, a weight-6 subtask at
 25 Mcycles/s per weight fills a node. No timing assertions: every wait polls with a
@@ -61,12 +62,20 @@ def test_a_job_that_does_not_fit_is_pending_with_a_reason_and_runs_after_a_cance
     (rec,) = status(capsys, cluster.address, waiter)["jobs"]
     assert rec["state"] == "pending" and rec["pending_reasons"], rec
     assert "free" in rec["reason"] or "budget" in rec["reason"], rec["reason"]
+    # Its estimated start: when the blocker is expected to end (start + work / rate).
+    (run,) = status(capsys, cluster.address, blocker)["jobs"]
+    ends = run["start_at"] + max(s["work"] / s["expected_rate"] for s in run["subtasks"])
+    assert rec["estimated_start"] == pytest.approx(ends) and rec["estimated_start_time"]
     code, out, _ = run_cli(capsys, "queue", "--json", "--address", cluster.address)
     rows = json.loads(out[out.index("["):])
     assert [r["job_id"] for r in rows][:2] == [waiter, blocker]
     assert rows[0]["state"] == "pending" and rows[0]["reason"] == rec["reason"]
+    assert rows[0]["estimated_start"] == pytest.approx(ends)
+    assert rows[0]["estimated_start_time"] == rec["estimated_start_time"]
     code, text, _ = run_cli(capsys, "queue", "--address", cluster.address)
-    assert code == 0 and waiter in text and "pending" in text
+    assert code == 0 and waiter in text and "pending" in text and "EST. START" in text
+    code, text, _ = run_cli(capsys, "status", waiter, "--address", cluster.address)
+    assert code == 0 and "estimated start: " in text and "N/A" not in text
     client.cancel(blocker)
     assert client.wait(waiter, timeout=120)["state"] == "completed"
 

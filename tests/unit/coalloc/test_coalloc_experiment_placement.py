@@ -78,6 +78,26 @@ def test_jain_over_contention_by_hand() -> None:
     assert jain_over_contention(jobs[:2], rates, 100.0, 300.0) is None  # one user waits
 
 
+def test_start_estimate_mae_by_hand() -> None:
+    from dataclasses import replace
+
+    from coalloc.experiments.placement import start_estimate_mae
+
+    # a: estimated 50, started 0 + 80 = 80 -> 30; b: estimated 300, started 10 + 250 =
+    # 260 -> 40; c: never estimated (placed at once); d: estimated but never started.
+    jobs = [replace(_jr("a", "x", 0.0, 80.0, 100.0), estimated_start=50.0),
+            replace(_jr("b", "x", 10.0, 250.0, 300.0), estimated_start=300.0),
+            _jr("c", "x", 0.0, 0.0, 10.0),
+            replace(_jr("d", "x", 0.0, 0.0, 1.0), wait=None, estimated_start=5.0)]
+    assert start_estimate_mae(jobs) == pytest.approx(35.0)
+    assert start_estimate_mae(jobs[2:]) is None
+
+
+def test_a_cell_with_waiting_jobs_reports_its_estimate_error() -> None:
+    row = run_cell(Cell(3, 20.0, "least_loaded", 2, 12, 0))
+    assert row.start_estimate_mae is not None and row.start_estimate_mae >= 0.0
+
+
 def test_assign_users_is_seeded_and_only_for_strict_jobs() -> None:
     jobs = [JobSpec(f"s{i}", QosClass.STRICT, (SubtaskSpec(1.0),), 1.0, 1.0) for i in range(50)]
     jobs.append(JobSpec("b", QosClass.BEST_EFFORT, (SubtaskSpec(1.0),)))

@@ -48,6 +48,19 @@ def test_second_job_waits_for_the_first_then_runs() -> None:
     assert rr.jobs[1].wait is None and rr.placement_cycles == 0
 
 
+def test_a_waiting_job_gets_its_first_start_estimate() -> None:
+    # a: 100 Mcycles/s, 10000 Mcycles -> expected to run 100 s from its start at 0.
+    # b arrives at 5, pending at the 10 s boundary: estimated to start at 0 + 100 = 100.
+    w = Workload(ONE, (job("a", 0.0, 4.0, 10_000.0), job("b", 5.0, 4.0, 10_000.0)))
+    r = simulate(w, "sq", config=WAIT)
+    a, b = r.jobs
+    assert a.estimated_start is None  # placed in its arrival's cycle: never waited
+    assert b.estimated_start == pytest.approx(100.0)
+    # Alone on a work-conserving node a gets the node's whole 200 Mcycles/s and ends at
+    # 50: the estimate (from expected rates) was late by what it ran ahead.
+    assert b.wait is not None and b.arrival + b.wait == pytest.approx(50.0)
+
+
 def test_max_wait_expires_a_job_and_the_run_ends() -> None:
     w = Workload(
         ONE,

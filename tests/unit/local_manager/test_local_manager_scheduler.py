@@ -590,7 +590,9 @@ def test_a_rate_cap_holds_a_subtask_and_its_neighbour_gets_the_rest() -> None:
     assert (granted(r, "s"), granted(r, "o")) == pytest.approx((50.0, 450.0))
     assert r.virtual_idle == 0.0
     (rep,) = [x for x in r.reports if x.job_id == "s"]
-    assert rep.available_work == pytest.approx(50.0)  # the queue had nothing left
+    # Its capability is its fair share of the queue were every cap lifted (both weigh
+    # 100: half of the 500), not what its neighbour happens to leave it this cycle.
+    assert rep.available_work == pytest.approx(250.0)
 
 
 def test_what_a_cap_leaves_is_lent_to_best_effort_and_local_work() -> None:

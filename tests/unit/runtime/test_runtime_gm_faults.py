@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,18 @@ def test_a_job_that_does_not_fit_waits_with_reasons_and_runs_when_the_blocker_is
     assert rec["pending_reasons"] and rec["reason"] == "; ".join(
         r["message"] for r in rec["pending_reasons"])
     assert [q["job_id"] for q in g.gm.queue()] == [b["job_id"], a["job_id"]]
+    # b is estimated to start when a is expected to end: its start plus work / rate.
+    run = g.gm.job(a["job_id"])
+    assert run is not None and run["start_at"] is not None
+    ends = run["start_at"] + max(s["work"] / s["expected_rate"] for s in run["subtasks"])
+    assert rec["estimated_start"] == pytest.approx(ends)
+    # The same instant as wall-clock time (the loop's time base: epoch 0, scale 1).
+    assert datetime.fromisoformat(rec["estimated_start_time"]) == datetime.fromtimestamp(
+        int(ends), tz=timezone.utc)
+    rows = {q["job_id"]: q for q in g.gm.queue()}
+    assert rows[b["job_id"]]["estimated_start"] == pytest.approx(ends)
+    assert rows[a["job_id"]]["estimated_start"] is None  # running: nothing to estimate
+    assert g.gm.describe()["jobs"][1]["estimated_start"] == pytest.approx(ends)
     g.step(3)
     assert g.state(b["job_id"]) == "pending"
     g.gm.cancel(a["job_id"])
