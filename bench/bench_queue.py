@@ -62,7 +62,7 @@ SOLVER_JOBS = 500
 #: All the solver run's jobs arrive in the first few seconds, so that the placement
 #: cycles see about SOLVER_JOBS pending; the run stops after SOLVER_MAX_TIME (s).
 SOLVER_LAMBDA = 0.01
-SOLVER_MAX_TIME = 3600.0
+SOLVER_MAX_TIME = 600.0
 SOLVER_TARGET_MS = 10.0
 
 Key = tuple[str, str]  # (policy, placement)
