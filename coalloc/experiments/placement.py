@@ -332,6 +332,7 @@ def plot(path: Path, rows: Sequence[Row], policies: Sequence[str],
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
 
     metrics = (("mean_wait", "mean wait (s)"), ("mean_turnaround", "mean turnaround (s)"),
                ("mean_phase_difference", "mean Φ (s)"))
@@ -357,6 +358,9 @@ def plot(path: Path, rows: Sequence[Row], policies: Sequence[str],
                                 label=f"{pol} + {pl}")
             ax.set_xscale("log")
             ax.set_yscale("log")
+            lams = sorted({r.lam for r in rows})
+            ax.set_xticks(lams, [_lam_text(x) for x in lams])
+            ax.xaxis.set_minor_locator(NullLocator())
             ax.set_xlabel("λ (s)")
             ax.set_ylabel(label)
             ax.set_title(f"{n} nodes")
