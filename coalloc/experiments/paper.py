@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from coalloc.errors import UserError
 from coalloc.flags import int_flag, seconds_flag
@@ -224,8 +224,6 @@ def summarize_run(cell: Cell, result: Any, overbooking: float | None = None) -> 
     admitted = sum(1 for j in strict if j.admitted)
     done = [j for j in strict if j.completed]
     phase = result.strict_completed(min_subtasks=2)
-    util = result.utilization
-    periods = sum(j.control_periods for j in strict if j.admitted)
     turnarounds = [j.turnaround for j in done if j.turnaround is not None]
     return Row(
         nodes=cell.nodes,
@@ -243,20 +241,37 @@ def summarize_run(cell: Cell, result: Any, overbooking: float | None = None) -> 
             default=None,
         ),
         mean_completion_skew=_mean([j.completion_skew for j in phase]),
-        window_violation_fraction=(
-            sum(j.window_violations for j in strict if j.admitted) / periods if periods else None
-        ),
-        overall_violation_fraction=(
-            sum(j.overall_violations for j in strict if j.admitted) / periods if periods else None
-        ),
+        window_violation_fraction=window_violation_fraction(strict),
+        overall_violation_fraction=overall_violation_fraction(strict),
         mean_turnaround=_mean([j.turnaround for j in done]),
         p95_turnaround=_percentile(turnarounds, 95.0),
-        utilization=sum(util.values()) / len(util) if util else 0.0,
+        utilization=mean_utilization(result),
         qos_utilization=result.qos_utilization,
         idle_virtual_fraction=result.idle_virtual_fraction,
         end_time=result.end_time,
         cycles=result.cycles,
     )
+
+
+def window_violation_fraction(strict: Sequence[Any]) -> float | None:
+    """Over the admitted jobs of ``strict`` (:class:`~global_manager.simulator.JobResult`),
+    the window violations (phase difference above ``A_t``) over the control periods with
+    at least two running subtasks; ``None`` when there were no such periods."""
+    periods = sum(j.control_periods for j in strict if j.admitted)
+    return sum(j.window_violations for j in strict if j.admitted) / periods if periods else None
+
+
+def overall_violation_fraction(strict: Sequence[Any]) -> float | None:
+    """As :func:`window_violation_fraction`, for ``|mean T_V - T_R| > E_t``."""
+    periods = sum(j.control_periods for j in strict if j.admitted)
+    return sum(j.overall_violations for j in strict if j.admitted) / periods if periods else None
+
+
+def mean_utilization(result: Any) -> float:
+    """The mean over nodes of a run's utilisation (CPU used by subtasks over CPU offered,
+    0..1); 0 for no nodes."""
+    util = result.utilization
+    return sum(util.values()) / len(util) if util else 0.0
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -280,21 +295,38 @@ def _with_wall(row: Row, wall: float) -> Row:
     return Row(**d)
 
 
-def run_matrix(
-    cells: Sequence[Cell],
+class MatrixCell(Protocol):
+    """What :func:`run_cells` needs of a cell: its node count and lambda (s), to start the
+    longest runs first."""
+
+    @property
+    def nodes(self) -> int: ...
+
+    @property
+    def lam(self) -> float: ...
+
+
+_C = TypeVar("_C", bound=MatrixCell)
+_R = TypeVar("_R")
+
+
+def run_cells(
+    cells: Sequence[_C],
+    run: Callable[[_C], _R],
     workers: int,
-    progress: Callable[[Row], None] | None = None,
-) -> list[Row]:
-    """Run every cell, in this process when ``workers == 1`` or else in a pool of
-    ``workers`` processes (forkserver where available, else spawn: no state is inherited
-    from this process). ``progress(row)`` is called as each run finishes. The rows come
-    back in the order of ``cells``, whatever the finishing order."""
+    progress: Callable[[_R], None] | None = None,
+) -> list[_R]:
+    """``run(cell)`` for every cell, in this process when ``workers == 1`` or else in a
+    pool of ``workers`` processes (forkserver where available, else spawn: no state is
+    inherited from this process; ``run`` must be a top-level function). ``progress(row)``
+    is called as each run finishes. The rows come back in the order of ``cells``,
+    whatever the finishing order."""
     if workers < 1:
         raise ValueError(f"workers: must be >= 1, got {workers}")
-    rows: dict[int, Row] = {}
+    rows: dict[int, _R] = {}
     if workers == 1 or len(cells) <= 1:
         for i, cell in enumerate(cells):
-            rows[i] = run_cell(cell)
+            rows[i] = run(cell)
             if progress is not None:
                 progress(rows[i])
         return [rows[i] for i in range(len(cells))]
@@ -309,7 +341,7 @@ def run_matrix(
     order = sorted(range(len(cells)), key=lambda i: (-cells[i].nodes, cells[i].lam, i))
     pool = ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=ctx)
     try:
-        pending = {pool.submit(run_cell, cells[i]): i for i in order}
+        pending = {pool.submit(run, cells[i]): i for i in order}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
@@ -320,6 +352,15 @@ def run_matrix(
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return [rows[i] for i in range(len(cells))]
+
+
+def run_matrix(
+    cells: Sequence[Cell],
+    workers: int,
+    progress: Callable[[Row], None] | None = None,
+) -> list[Row]:
+    """:func:`run_cell` for every cell through :func:`run_cells`."""
+    return run_cells(cells, run_cell, workers, progress)
 
 
 # -- output --------------------------------------------------------------------------------
