@@ -83,7 +83,7 @@ from coalloc.tables import render as table
 DEFAULT_NODES = (4, 6, 9)
 DEFAULT_LAMBDAS = (50.0, 100.0, 200.0, 400.0)
 DEFAULT_POLICIES = ("sq", "strict")
-DEFAULT_PLACEMENTS = ("flow", "least_loaded", "random")
+DEFAULT_PLACEMENTS = ("backfill", "least_loaded", "random")
 DEFAULT_USERS = 3
 DEFAULT_JOBS = 500
 DEFAULT_POLICY = "sq"
