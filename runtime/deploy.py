@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -226,9 +227,11 @@ class EmbeddedHead:
     auth_mode: str
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the kernel's choice of an ephemeral port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -239,7 +242,7 @@ def start_embedded_head(num_cpus: int | None = None) -> EmbeddedHead:
     # A short temp dir: Ray's socket paths must stay under 107 characters.
     temp_dir = Path(f"/tmp/coalloc-{os.getuid()}/ray")
     temp_dir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     log_path = home / "ray-head.log"
     argv = [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
@@ -329,6 +332,10 @@ class Deployment:
     command_endpoint: str
     phase_log: str
     ready_s: float
+    #: The global manager's HTTP API (``http://host:port``) and its bearer token; empty
+    #: when the deployment serves none (``coalloc run``).
+    api_url: str = ""
+    api_token: str = ""
 
 
 def default_log_path() -> Path:
@@ -366,10 +373,17 @@ def deploy(
     nodes_spec: str | None = None,
     log_path: str | None = None,
     progress: Callable[[str], None] | None = None,
+    api: bool = False,
+    api_port: int = 0,
 ) -> Deployment:
     """Create the controller, the local managers and the global manager on the connected
     Ray cluster and wait until all are ready. Raises :class:`UserError` if coalloc is
-    already running there or the cluster cannot host it."""
+    already running there or the cluster cannot host it.
+
+    ``api``: the global manager serves its HTTP API (:mod:`runtime.api`) on this Ray
+    node's address, port ``api_port`` (0: a free one chosen here), with a fresh token;
+    both are in the returned :class:`Deployment` (``up`` records them in the state
+    file)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -468,6 +482,15 @@ def deploy(
             "transport_security": "insecure" if config.insecure else "curve",
             "gm_journal": str(runtime_file("gm", base.epoch)),
         }
+        token: str | None = None
+        api_url = ""
+        if api:
+            host = next((str(n["NodeManagerAddress"]) for n in ray.nodes()
+                         if n["NodeID"] == here), "127.0.0.1")
+            port = api_port or free_port(host)
+            token = secrets.token_urlsafe(32)
+            info["api_port"] = port
+            api_url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
         say("starting the global manager")
         gm: Any = (
             ray.remote(GlobalManagerActor)
@@ -476,10 +499,13 @@ def deploy(
                 max_restarts=GLOBAL_MAX_RESTARTS, max_task_retries=0, **common,
             )
             .remote([(p.node, p.ray_node_id, p.emulated) for p in placements], config, base,
-                    info)
+                    info, token)
         )
         created.insert(0, GLOBAL_NAME)
-        ray.get(gm.ready.remote(), timeout=READY_TIMEOUT_S)
+        gm_ready = ray.get(gm.ready.remote(), timeout=READY_TIMEOUT_S)
+        if api and gm_ready.get("api_error"):
+            raise UserError(f"the global manager cannot serve its API: {gm_ready['api_error']}"
+                            " (choose another --api-port)")
     except BaseException:
         teardown(created)
         raise
@@ -491,6 +517,8 @@ def deploy(
         command_endpoint=ctl["command_endpoint"],
         phase_log=log,
         ready_s=time.monotonic() - t0,
+        api_url=api_url,
+        api_token=token or "",
     )
 
 

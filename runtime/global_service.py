@@ -695,22 +695,64 @@ class GlobalService:
 
     def cancel(self, job_id: str) -> dict[str, Any] | None:
         """Cancel a job; None for an unknown id. A finished job is left as it is."""
-        with self._lock:
-            info = self.jobs.get(job_id)
-            if info is None:
-                return None
-            if info.state.final:
-                return info.to_dict()
-            was_running = info.state is JobPhase.RUNNING
-            running = self.core.cancel(job_id)
-            info.state = JobPhase.CANCELLED
-            info.finished_at = self.clock.now()
-            nodes = sorted({s.node for s in running})
-            run_id = info.run_id or info.job_id
-            self._persist()
-        if was_running:
-            self.dispatch.cancel(run_id, nodes, "cancelled")
+        if job_id not in self.jobs:
+            return None
+        self.cancel_many([job_id])
         return self.job(job_id)
+
+    def cancel_many(
+        self, job_ids: Iterable[str] | None, user: str | None = None,
+        state: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Cancel jobs as ``scancel`` does: those named by ``job_ids`` (None: every job not
+        over yet) that belong to ``user`` and are in ``state`` (``pending`` or
+        ``running``; None: any). One result per job named or selected, in order:
+        ``job_id``, ``name``, ``user``, ``was`` (its state before), ``state`` (after)
+        and ``result``: ``cancelled``, ``already <state>`` (a job that was over:
+        left as it is), ``skipped: ...`` (named, but another user's or in another
+        state) or ``unknown job id``. One journal write for the lot; running jobs are
+        stopped on their nodes afterwards, outside the lock."""
+        out: list[dict[str, Any]] = []
+        stops: list[tuple[str, list[str], str]] = []
+        with self._lock:
+            if job_ids is None:
+                ids = [j for j, i in self.jobs.items() if not i.state.final]
+            else:
+                ids = list(dict.fromkeys(job_ids))
+            now = self.clock.now()
+            changed = False
+            for job_id in ids:
+                info = self.jobs.get(job_id)
+                if info is None:
+                    out.append({"job_id": job_id, "result": "unknown job id"})
+                    continue
+                was = info.state.value
+                skip = []
+                if user is not None and info.user != user:
+                    skip.append(f"user {info.user}")
+                if state is not None and was != state:
+                    skip.append(f"{was}, not {state}")
+                if skip and job_ids is None:
+                    continue
+                rec = {"job_id": job_id, "name": info.name, "user": info.user, "was": was}
+                if skip:
+                    out.append(dict(rec, state=was, result="skipped: " + "; ".join(skip)))
+                    continue
+                if info.state.final:
+                    out.append(dict(rec, state=was, result=f"already {was}"))
+                    continue
+                running = self.core.cancel(job_id)
+                info.state = JobPhase.CANCELLED
+                info.finished_at = now
+                changed = True
+                if was == JobPhase.RUNNING.value:
+                    stops.append((info.run_id or info.job_id,
+                                  sorted({s.node for s in running}), "cancelled"))
+                out.append(dict(rec, state=info.state.value, result="cancelled"))
+            if changed:
+                self._persist()
+        self._send_stops(stops)
+        return out
 
     # ------------------------------------------------------------------ queries
     def _with_reasons(self, info: JobInfo) -> dict[str, Any]:

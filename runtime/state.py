@@ -15,15 +15,25 @@ only (0600). It holds no keys: the runtime's CURVE keys live only in the actors.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.config import coalloc_home
 from workloads.atomic import atomic_write_bytes
 from workloads.errors import UserError
 
 STATE_VERSION = 1
+#: The environment variable that moves ``~/.coalloc``.
+HOME_ENV = "COALLOC_HOME"
+
+
+def coalloc_home() -> Path:
+    """Where coalloc keeps its state file and logs: ``$COALLOC_HOME`` or ``~/.coalloc``.
+    (Here, not in :mod:`runtime.config`, so that reading the state file imports nothing
+    heavy: the CLI's fast path starts with it.)"""
+    env = os.environ.get(HOME_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".coalloc"
 
 
 @dataclass(frozen=True, slots=True)
