@@ -293,7 +293,7 @@ class ApiServer:
         self.host = host
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
             name="coalloc-api", daemon=True,
         )
         self._thread.start()
