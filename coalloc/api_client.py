@@ -163,6 +163,10 @@ class HttpApi:
             specs, token = args
             return self.request("POST", "/jobs", {
                 "jobs": [job_to_dict(s) for s in specs], "token": token})[1]
+        if method == "submit_file":
+            text, source, user, token = args
+            return self.request("POST", "/jobs", {
+                "file": text, "source": source, "default_user": user, "token": token})[1]
         if method == "cancel_jobs":
             ids, user, state = args
             return self.request("POST", "/cancel",

@@ -26,6 +26,17 @@ from coalloc.api_client import HttpApi
 from coalloc.errors import UserError
 
 
+def _os_user() -> str:
+    """The OS user running this process, or "" where the OS cannot name one (the
+    global manager then applies the job files' default)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
+
+
 def submitting_user() -> str:
     """The job files' default ``user``: the OS user running the command (the spec's
     default, ``default``, where the OS cannot name one, e.g. a uid with no passwd entry)."""
@@ -37,6 +48,10 @@ def submitting_user() -> str:
         return getpass.getuser() or DEFAULT_USER
     except (KeyError, OSError):
         return DEFAULT_USER
+
+#: Bytes of a job file read to send to the API: more than the server takes (1 MiB), so
+#: that a larger file is refused there by the job-file rules.
+UPLOAD_LIMIT_BYTES = 1 << 20
 
 #: Real seconds between two polls of ``wait``.
 POLL_S = 0.2
@@ -144,6 +159,21 @@ class Client:
         boundary); one answer per job: ``job_id``, ``name``, ``admitted``, ``reason``,
         ``nodes``, ``start_at`` (model s)."""
         return list(self._call("submit", self.specs(spec), uuid.uuid4().hex))
+
+    def submit_file(self, path: str | Path) -> list[dict[str, Any]]:
+        """:meth:`submit_all` of a job file. Through the API its text is sent as it is
+        and the global manager checks it (the same checks and messages as here, naming
+        ``path``): this process needs no job parser. A file that cannot be read as
+        UTF-8 text is parsed here, which names the problem."""
+        if self.api is None:
+            return self.submit_all(path)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(UPLOAD_LIMIT_BYTES + 1)
+            text = raw.decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return self.submit_all(path)
+        return list(self._call("submit_file", text, str(path), _os_user(), uuid.uuid4().hex))
 
     def submit(self, spec: Any) -> str:
         """Submit one job; return its id (it runs, or waits in the pending queue).

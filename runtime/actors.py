@@ -558,6 +558,18 @@ class GlobalManagerActor:
             specs.append(spec)
         return self.service.submit(specs, token)
 
+    def submit_file(
+        self, text: str, source: str, default_user: str = "", token: str | None = None
+    ) -> list[dict[str, Any]]:
+        """:meth:`submit` of a job file's text (the API's body), checked as
+        :func:`~workloads.spec.load_jobs` checks the file ``source``, against this
+        deployment's node count (errors name ``source``)."""
+        from workloads.spec import DEFAULT_USER, load_jobs_text
+
+        specs = load_jobs_text(text, source, len(self.placements),
+                               default_user=default_user or DEFAULT_USER)
+        return self.service.submit(specs, token)
+
     def cancel_jobs(
         self, job_ids: list[str] | None, user: str | None = None, state: str | None = None
     ) -> list[dict[str, Any]]:

@@ -14,7 +14,10 @@ GET       /api/v1/queue          pending then running jobs (``coalloc queue --js
 GET       /api/v1/jobs           ``{job id: state}`` (``?id=ID`` repeatable: only those)
 GET       /api/v1/jobs/ID        one job's record; 404 for an unknown id
 POST      /api/v1/jobs           ``{"jobs": [job mapping, ...], "token": "..."}``: submit one
-                                 batch; the answers (a retried token gets the first answers)
+                                 batch; the answers (a retried token gets the first answers).
+                                 Or ``{"file": TEXT, "source": NAME, "default_user": U,
+                                 "token": ...}``: a job file's text, checked here as
+                                 ``load_jobs`` checks the file NAME (YAML or JSON by suffix)
 POST      /api/v1/cancel         ``{"job_ids": [...] | null, "user": U | null, "state":
                                  "pending" | "running" | null}``: one result per job
 ========  =====================  ==============================================================
@@ -75,6 +78,10 @@ class ApiBackend(Protocol):
 
     def submit_documents(
         self, jobs: list[Mapping[str, Any]], token: str | None
+    ) -> list[dict[str, Any]]: ...
+
+    def submit_file(
+        self, text: str, source: str, default_user: str, token: str | None
     ) -> list[dict[str, Any]]: ...
 
     def cancel_jobs(
@@ -144,6 +151,14 @@ def route(
     elif method == "POST":
         if not isinstance(body, Mapping):
             raise BadRequest("body: expected a JSON object")
+        if parts == ["jobs"] and "file" in body:
+            text = body.get("file")
+            source = body.get("source")
+            if not isinstance(text, str) or not isinstance(source, str) or not source:
+                raise BadRequest("file, source: expected the job file's text and its name")
+            user = _optional_string(body, "default_user")
+            return HTTPStatus.OK, backend.submit_file(
+                text, source, user or "", _optional_string(body, "token"))
         if parts == ["jobs"]:
             jobs = body.get("jobs")
             if not isinstance(jobs, list) or not jobs \

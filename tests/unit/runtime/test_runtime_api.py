@@ -65,6 +65,17 @@ class FakeBackend:
         return [{"job_id": f"j{i:05d}", "admitted": True, "pending": False, "reason": ""}
                 for i, _ in enumerate(jobs, start=1)]
 
+    def submit_file(
+        self, text: str, source: str, default_user: str, token: str | None
+    ) -> list[dict[str, Any]]:
+        """As the global manager: the text checked as the file ``source``."""
+        from workloads.spec import load_jobs_text
+
+        self.calls.append(("submit_file", (text, source, default_user, token)))
+        specs = load_jobs_text(text, source, 3, default_user=default_user or "default")
+        return [{"job_id": f"j{i:05d}", "admitted": True, "pending": False, "reason": "",
+                 "user": s.user} for i, s in enumerate(specs, start=1)]
+
     def cancel_jobs(
         self, job_ids: list[str] | None, user: str | None, state: str | None
     ) -> list[dict[str, Any]]:
@@ -255,6 +266,44 @@ def test_the_client_reaches_every_call_through_the_api(
     assert client.cancel_jobs(user="alice")[0]["result"] == "cancelled"
     with pytest.raises(UserError, match="give job ids"):
         client.cancel_jobs()
+
+
+def test_a_job_file_is_sent_as_text_and_checked_by_the_server_as_a_local_file_is(
+    served: tuple[ApiServer, FakeBackend], tmp_path: Any,
+) -> None:
+    """The CLI sends the file's text; the server's messages name the file as the local
+    parser does (the same function checks both)."""
+    from workloads.spec import load_jobs
+
+    server, backend = served
+    client = Client(None, "127.0.0.1:1", api(server))
+    good = tmp_path / "jobs.yaml"
+    good.write_text("- {name: a, qos: loose, subtasks: [{work: 5}]}\n"
+                    "- {name: b, qos: loose, user: bob, subtasks: [{work: 5}]}\n")
+    answers = client.submit_file(good)
+    assert [a["user"] for a in answers][1] == "bob"
+    (_, (text, source, user, token)) = backend.calls[-1]
+    assert text == good.read_text() and source == str(good) and len(token) == 32
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nqos: strict\nsubtasks: [{work: 5}]\n")
+    with pytest.raises(UserError) as remote:
+        client.submit_file(bad)
+    with pytest.raises(UserError) as local:
+        load_jobs(bad, 3)
+    assert str(remote.value) == str(local.value) and str(bad) in str(remote.value)
+    wide = tmp_path / "wide.json"
+    wide.write_text('{"name": "w", "qos": "loose", "parallelism": 4, "work": 1}')
+    with pytest.raises(UserError, match="more subtasks than nodes"):
+        client.submit_file(wide)
+    huge = tmp_path / "huge.json"
+    huge.write_text("[" + " " * (2 << 20) + "]")
+    with pytest.raises(UserError, match="larger than the 1024 KiB limit"):
+        client.submit_file(huge)
+    missing = tmp_path / "none.yaml"
+    with pytest.raises(UserError, match="no such file"):
+        client.submit_file(missing)  # parsed here: the local parser names it
+    status, doc = raw(server, "POST", "/api/v1/jobs", b'{"file": 3, "source": "x.yaml"}')
+    assert status == 400 and "file, source" in doc["error"]
 
 
 def test_the_client_says_a_refused_request_in_one_line(
