@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,20 +32,31 @@ COMMANDS = ("submit", "status", "queue", "cancel")
 JOB = {"name": "bench", "qos": "loose", "subtasks": [{"work": 1e6, "weight": 1}]}
 
 
+#: CPU seconds (user + system) of every ``coalloc`` process run, per command and path.
+CPU: dict[tuple[str, str], list[float]] = {}
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def coalloc(
     home: str, transport: str, *argv: str
 ) -> tuple[float, subprocess.CompletedProcess[str]]:
-    """Run ``coalloc ARGV``; (wall seconds from spawn to exit, the result)."""
+    """Run ``coalloc ARGV``; (wall seconds from spawn to exit, the result). Its CPU
+    seconds go to :data:`CPU`."""
     env = dict(os.environ, COALLOC_HOME=home)
     env.pop("RAY_ADDRESS", None)
     if transport == "ray":
         env["COALLOC_TRANSPORT"] = "ray"
     else:
         env.pop("COALLOC_TRANSPORT", None)
-    t0 = time.monotonic()
+    cpu0, t0 = _children_cpu(), time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "coalloc.cli", *argv], capture_output=True,
                           text=True, env=env, timeout=300)
     wall = time.monotonic() - t0
+    CPU.setdefault((argv[0], transport), []).append(_children_cpu() - cpu0)
     if proc.returncode != 0:
         raise SystemExit(f"coalloc {' '.join(argv)} ({transport}) failed: {proc.stderr.strip()}")
     return wall, proc
@@ -79,13 +91,17 @@ def main() -> None:
             ray = measure(home, job_file, "ray", args.samples)
         finally:
             coalloc(home, "api", "down")
-    print(f"\nmedian wall time of one command, {args.samples} samples each "
-          f"(a fresh process per call; target <= {TARGET_S:g} s):")
-    print(f"{'COMMAND':<8} {'API (s)':>8} {'RAY DRIVER (s)':>15} {'SPEED-UP':>9} {'TARGET':>7}")
+    load = os.getloadavg()[0]
+    print(f"\nmedian wall time of one command, {args.samples} samples each (a fresh "
+          f"process per call; target <= {TARGET_S:g} s); load average {load:.1f} on "
+          f"{os.cpu_count()} cores; CPU: the command process's own user + system time")
+    print(f"{'COMMAND':<8} {'API (s)':>8} {'RAY DRIVER (s)':>15} {'SPEED-UP':>9} {'TARGET':>7}"
+          f" {'API CPU (s)':>12} {'RAY CPU (s)':>12}")
     for c in COMMANDS:
         a, r = statistics.median(api[c]), statistics.median(ray[c])
         ok = "met" if a <= TARGET_S else "MISSED"
-        print(f"{c:<8} {a:>8.3f} {r:>15.3f} {r / a:>8.1f}x {ok:>7}")
+        ca, cr = (statistics.median(CPU[(c, t)]) for t in ("api", "ray"))
+        print(f"{c:<8} {a:>8.3f} {r:>15.3f} {r / a:>8.1f}x {ok:>7} {ca:>12.3f} {cr:>12.3f}")
 
 
 if __name__ == "__main__":
