@@ -6,10 +6,13 @@ Fields: ``version`` (1), ``address`` (the Ray GCS address ``host:port``), ``embe
 (``up`` started the Ray head itself), ``head_pid`` (the ``ray start --block`` process, the
 leader of its own session, when embedded), ``temp_dir`` (the embedded head's Ray temp
 dir), ``actors`` (names of the actors ``up`` created, namespace ``coalloc``),
-``phase_log``, ``report_endpoint``, ``started_at`` (s since the Unix epoch).
+``phase_log``, ``report_endpoint``, ``started_at`` (s since the Unix epoch); ``extra``:
+``n_nodes``, ``transport_security``, the global manager's HTTP API (``api_url``,
+``api_token``: its bearer token), and for an embedded head its auth mode and address.
 
 Writes are atomic (temporary file, fsync, rename) and the file is readable by its owner
-only (0600). It holds no keys: the runtime's CURVE keys live only in the actors.
+only (0600): it holds the API token. It holds no CURVE keys: those live only in the
+actors.
 """
 
 from __future__ import annotations
