@@ -92,7 +92,43 @@ def connect_ray(address: str, auth_mode: str | None = None) -> str:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{address}: cannot connect to a Ray cluster ({first})") from None
+    _quiet_worker_pool_warning()
     return str(ray.get_runtime_context().gcs_address)
+
+
+#: The raylet's notice, pushed to the driver's stdout, that it started many worker
+#: processes (every coalloc actor is one, by design: ``up --nodes 64`` starts 66).
+WORKER_POOL_NOTICE = "worker processes have been started on node"
+
+
+def _quiet_worker_pool_warning() -> None:
+    """Keep the raylet's "N PYTHON worker processes have been started" notice off this
+    driver's stdout (``coalloc up`` starts one actor per node on purpose; the notice
+    suggests a problem the user does not have); it goes to the debug log instead. Ray
+    prints the errors the raylet pushes to a driver through
+    ``ray._private.worker.print_to_stdstream`` (looked up at each call); that function
+    is wrapped to drop this notice only. Nothing happens if Ray changes that name."""
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:  # pragma: no cover - Ray's layout changed
+        return
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "coalloc_filtered", False):
+        return
+
+    def filtered(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        lines = data.get("lines") if isinstance(data, dict) else None
+        if isinstance(lines, list) and data.get("pid") == "raylet":
+            kept = [ln for ln in lines if WORKER_POOL_NOTICE not in str(ln)]
+            if len(kept) != len(lines):
+                log.debug("raylet: %s", "; ".join(str(ln) for ln in lines if ln not in kept))
+                if not kept:
+                    return None
+                data = dict(data, lines=kept)
+        return original(data, *args, **kwargs)
+
+    filtered.coalloc_filtered = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = filtered
 
 
 def recorded_auth_mode(address: str) -> str | None:
