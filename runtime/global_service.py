@@ -333,10 +333,20 @@ class GlobalService:
             zombies = sorted({
                 str(d.get("job_id")) for d in seen
                 if d.get("state") in ("running", "pending")
-                and (str(d.get("job_id")), int(d.get("index", -1))) not in todo
+                and (key := (str(d.get("job_id")), int(d.get("index", -1)))) not in todo
+                and not self._ended_in_current_run(*key)
             })
             self.counters["zombies_cancelled"] += len(zombies)
             return zombies
+
+    def _ended_in_current_run(self, run_id: str, index: int) -> bool:
+        """Whether subtask ``index`` of run ``run_id`` is recorded as ended and the run
+        is its job's current one: a node view taken just before that subtask finished
+        still shows it running; it is no zombie (caller holds the lock)."""
+        job_id = run_id if run_id in self.jobs else run_id.rsplit(".", 1)[0]
+        info = self.jobs.get(job_id)
+        return info is not None and (info.run_id or info.job_id) == run_id \
+            and index in info.outcomes
 
     def _missing(self, node: str, keys: set[tuple[str, int]]) -> bool:
         """Subtasks of running jobs that ``node``'s manager does not know, well after
@@ -465,7 +475,7 @@ class GlobalService:
                     user=spec.user,
                     priority=spec.priority,
                     spec=job_to_dict(spec),
-                    queued_at=start if adm.pending else None,
+                    queued_at=now if adm.pending else None,
                 )
                 self.jobs[adm.job_id] = info
                 ids.append(adm.job_id)
@@ -490,13 +500,17 @@ class GlobalService:
         return [dict(a) for a in out]
 
     def _answer(self, info: JobInfo) -> dict[str, Any]:
+        """A submission's answer; a pending job's ``reason`` is why it waits, one clause
+        per constraint it fails (as ``status JOB`` shows it)."""
+        reason = self._with_reasons(info)["reason"] if info.state is JobPhase.PENDING \
+            else info.reason
         return {
             "job_id": info.job_id,
             "name": info.name,
             "admitted": info.state is JobPhase.RUNNING,
             "pending": info.state is JobPhase.PENDING,
             "state": info.state.value,
-            "reason": info.reason,
+            "reason": reason,
             "nodes": [s["node"] for s in info.subtasks] if info.state is JobPhase.RUNNING
             else [],
             "start_at": info.start_at,
@@ -594,7 +608,7 @@ class GlobalService:
                     info.history:
                 self.core.requeue(info.job_id, spec, start)
                 info.state = JobPhase.PENDING
-                info.queued_at = start
+                info.queued_at = self.clock.now()
                 info.reason = why + "; back in the queue"
             else:
                 self.core.cancel(info.job_id)
@@ -660,6 +674,8 @@ class GlobalService:
             self.counters["failed_node_loss" if loss else "failed_subtask"] += 1
             stop_reason = f"failed: {why}"
         nodes = sorted({s.node for s in running} | {s["node"] for s in info.subtasks})
+        if requeue:  # pending again: no nodes until it is placed anew (history says where)
+            info.subtasks = []
         log.warning("%s: %s", info.job_id, info.reason)
         return run_id, nodes, stop_reason
 
