@@ -561,17 +561,22 @@ def deploy(
 def teardown(names: Sequence[str] | None = None) -> list[str]:
     """Remove coalloc's actors (``names``, or every one the global manager lists):
     graceful shutdown first (local managers kill their subtask processes), then
-    ``ray.kill``. Returns the names removed."""
+    ``ray.kill``; then the deployment's restart files on this machine that are left (an
+    actor that did not answer, e.g. a lost node's local manager, could not remove its
+    own; see :func:`remove_restart_files`). Returns the names removed."""
     import ray
 
+    gm = find_actor(GLOBAL_NAME)
+    recorded: dict[str, Any] = {}
+    if gm is not None:
+        try:
+            recorded = dict(ray.get(gm.deployment.remote(), timeout=10.0))
+        except Exception:  # noqa: BLE001 - the names below, no epoch
+            recorded = {}
     if names is None:
-        gm = find_actor(GLOBAL_NAME)
         names = []
         if gm is not None:
-            try:
-                names = list(ray.get(gm.deployment.remote(), timeout=10.0)["actors"])
-            except Exception:  # noqa: BLE001 - fall back to the well-known names
-                names = [GLOBAL_NAME]
+            names = list(recorded.get("actors") or [GLOBAL_NAME])
             if GLOBAL_NAME not in names:
                 names.insert(0, GLOBAL_NAME)
         if find_actor(CONTROLLER_NAME) is not None and CONTROLLER_NAME not in names:
@@ -589,4 +594,26 @@ def teardown(names: Sequence[str] | None = None) -> list[str]:
             ray.kill(handles[n], no_restart=True)
         except Exception:  # noqa: BLE001 - already gone
             pass
+    if isinstance(recorded.get("epoch"), (int, float)):
+        for path in remove_restart_files(float(recorded["epoch"])):
+            log.info("removed the restart file %s left by an actor that did not answer", path)
     return order
+
+
+def remove_restart_files(epoch: float) -> list[Path]:
+    """Remove the restart files of the deployment whose model time 0 is ``epoch`` (real
+    s) from this machine's ``<COALLOC_HOME>/runtime/`` (``gm-``, ``ctl-`` and every
+    ``lm-<node>-`` file named by that epoch, see :func:`runtime_file`); files of other
+    deployments stay. Returns the files removed. Local managers on other machines keep
+    theirs if they could not remove them."""
+    d = coalloc_home() / "runtime"
+    suffix = f"-{int(epoch * 1000)}.json"
+    removed = []
+    for path in sorted(d.glob(f"*{suffix}")) if d.is_dir() else []:
+        if path.name.split("-", 1)[0] in ("gm", "ctl", "lm"):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            removed.append(path)
+    return removed

@@ -1,6 +1,7 @@
-"""Ray's "N PYTHON worker processes have been started" notice does not reach the user of
-``coalloc up`` (every coalloc actor is a worker process on purpose); other raylet
-messages still do."""
+"""``up`` and ``down`` at their edges: Ray's "N PYTHON worker processes have been
+started" notice does not reach the user of ``coalloc up`` (every coalloc actor is a
+worker process on purpose; other raylet messages still do), and ``down`` removes the
+restart files an actor that did not answer left behind."""
 
 from __future__ import annotations
 
@@ -30,3 +31,20 @@ def test_the_worker_pool_notice_is_dropped_and_other_messages_kept(
         {"lines": [notice, other], "pid": "raylet", "is_err": False}, ignore_prefix=False)
     out = capsys.readouterr().out
     assert other in out and "worker processes have been started" not in out
+
+
+def test_down_removes_the_restart_files_of_its_deployment_only(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a lost node's local manager could not remove itself goes too; another
+    deployment's files (another epoch) and other files stay."""
+    monkeypatch.setenv("COALLOC_HOME", str(tmp_path))
+    mine = [deploy.runtime_file(k, 1700000000.25) for k in ("gm", "ctl", "lm-n0", "lm-n1")]
+    other = deploy.runtime_file("lm-n0", 1700000999.0)
+    aside = mine[0].with_name(mine[0].name + ".corrupt-1")
+    for path in (*mine, other, aside):
+        path.write_text("{}")
+    removed = deploy.remove_restart_files(1700000000.25)
+    assert sorted(removed) == sorted(mine)
+    assert not any(p.exists() for p in mine) and other.exists() and aside.exists()
+    assert deploy.remove_restart_files(1700000000.25) == []
