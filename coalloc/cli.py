@@ -29,7 +29,10 @@ def command_modules() -> list[str]:
     return [f"coalloc.commands.{n}" for n in names]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of command module ``only`` alone (what a call
+    of that command needs: the other commands' modules, some of them slow to import,
+    stay unloaded)."""
     parser = argparse.ArgumentParser(
         prog="coalloc",
         description="Grid co-allocation middleware: synchronous queuing on Ray.",
@@ -37,9 +40,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"coalloc {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for name in command_modules():
+    for name in [only] if only else command_modules():
         importlib.import_module(name).register(subparsers)
     return parser
+
+
+def _parser_for(argv: Sequence[str] | None) -> argparse.ArgumentParser:
+    """:func:`build_parser` for the command ``argv`` names (all of them for ``--help``,
+    a typo or no command)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and not words[0].startswith("-"):
+        module = f"coalloc.commands.{words[0]}"
+        if module in command_modules():
+            return build_parser(module)
+    return build_parser()
 
 
 #: Exit status when the reader of stdout went away (``coalloc status | head -1``): that
@@ -64,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     on stderr (no traceback); a closed stdout pipe ends the command quietly with
     :data:`EXIT_BROKEN_PIPE`."""
     try:
-        args = build_parser().parse_args(argv)
+        args = _parser_for(argv).parse_args(argv)
         code = int(args.handler(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here at the latest
         return code

@@ -22,7 +22,19 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from coalloc.api_client import HttpApi
 from coalloc.errors import UserError
+
+
+def _os_user() -> str:
+    """The OS user running this process, or "" where the OS cannot name one (the
+    global manager then applies the job files' default)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
 
 
 def submitting_user() -> str:
@@ -36,6 +48,10 @@ def submitting_user() -> str:
         return getpass.getuser() or DEFAULT_USER
     except (KeyError, OSError):
         return DEFAULT_USER
+
+#: Bytes of a job file read to send to the API: more than the server takes (1 MiB), so
+#: that a larger file is refused there by the job-file rules.
+UPLOAD_LIMIT_BYTES = 1 << 20
 
 #: Real seconds between two polls of ``wait``.
 POLL_S = 0.2
@@ -58,16 +74,22 @@ class JobRejected(UserError):
 class Client:
     """A connection to the global manager of a running coalloc deployment."""
 
-    def __init__(self, global_manager: Any, address: str) -> None:
+    def __init__(self, global_manager: Any, address: str, api: HttpApi | None = None) -> None:
+        """``global_manager``: the actor's Ray handle; ``api``: its HTTP API instead
+        (no Ray driver in this process; ``global_manager`` is then unused)."""
         self._gm = global_manager
         self.address = address
+        self.api = api
         self._deployment: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ helpers
     def _call(self, method: str, *args: Any, timeout: float = 60.0) -> Any:
         """Call the global manager. While it is restarting (its process died and Ray
         builds it again) the call is repeated for up to :data:`RESTART_WAIT_S`; every
-        method it is called with is idempotent (``submit`` carries a token)."""
+        method it is called with is idempotent (``submit`` carries a token). Through
+        the HTTP API the same holds (see :mod:`coalloc.api_client`)."""
+        if self.api is not None:
+            return self.api.call(method, *args)
         import ray
 
         deadline = time.monotonic() + RESTART_WAIT_S
@@ -138,6 +160,21 @@ class Client:
         ``nodes``, ``start_at`` (model s)."""
         return list(self._call("submit", self.specs(spec), uuid.uuid4().hex))
 
+    def submit_file(self, path: str | Path) -> list[dict[str, Any]]:
+        """:meth:`submit_all` of a job file. Through the API its text is sent as it is
+        and the global manager checks it (the same checks and messages as here, naming
+        ``path``): this process needs no job parser. A file that cannot be read as
+        UTF-8 text is parsed here, which names the problem."""
+        if self.api is None:
+            return self.submit_all(path)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(UPLOAD_LIMIT_BYTES + 1)
+            text = raw.decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return self.submit_all(path)
+        return list(self._call("submit_file", text, str(path), _os_user(), uuid.uuid4().hex))
+
     def submit(self, spec: Any) -> str:
         """Submit one job; return its id (it runs, or waits in the pending queue).
         Raises :class:`JobRejected` if it was rejected."""
@@ -198,6 +235,21 @@ class Client:
             raise UserError(f"{job_id}: unknown job id")
         return dict(rec)
 
+    def cancel_jobs(
+        self, job_ids: Iterable[str] | None = None, user: str | None = None,
+        state: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Cancel several jobs at once, as ``scancel``: those named (None: every job not
+        over yet) that belong to ``user`` and are in ``state`` (``pending`` or
+        ``running``). One result per job: ``job_id``, ``was``, ``state`` and ``result``
+        (``cancelled``, ``already <state>``, ``skipped: ...``, ``unknown job id``)."""
+        ids = list(job_ids) if job_ids is not None else None
+        if ids is None and user is None and state is None:
+            raise UserError("cancel: give job ids, a user or a state")
+        if state is not None and state not in ("pending", "running"):
+            raise UserError(f"state: expected pending or running, got {state!r}")
+        return list(self._call("cancel_jobs", ids, user, state))
+
 
 def resolve_address(address: str | None) -> str:
     """The Ray address to use: ``address``, else the state file's, else ``$RAY_ADDRESS``."""
@@ -234,17 +286,49 @@ def recorded_node_count(address: str | None) -> int | None:
     return n if type(n) is int and n > 0 else None
 
 
-def connect(address: str | None = None) -> Client:
-    """Connect to the coalloc deployment on the Ray cluster at ``address`` (see the module
-    docstring). Raises :class:`UserError` when no cluster or no deployment is found."""
-    import sys
+def recorded_api(address: str | None) -> tuple[str, str, str] | None:
+    """(API URL, token, Ray address) that ``coalloc up`` recorded in the state file for
+    the deployment ``address`` names (None: the recorded one), or None when there is no
+    such record or ``$COALLOC_TRANSPORT`` is ``ray`` (the Ray-driver path, for
+    debugging and as the benchmark's reference)."""
+    from runtime.state import load_state
 
-    from runtime.config import GLOBAL_NAME
-    from runtime.deploy import connect_ray, find_actor
+    if os.environ.get("COALLOC_TRANSPORT", "").lower() == "ray":
+        return None
+    state = load_state()
+    if state is None or (address and address not in (state.address,
+                                                     state.extra.get("connect_address"))):
+        return None
+    url, token = state.extra.get("api_url"), state.extra.get("api_token")
+    if not url or not token:
+        return None
+    return str(url), str(token), state.address
+
+
+def connect(address: str | None = None, timeout: float | None = None) -> Client:
+    """Connect to the coalloc deployment on the Ray cluster at ``address`` (see the module
+    docstring). Raises :class:`UserError` when no cluster or no deployment is found.
+
+    The deployment ``coalloc up`` recorded in the state file is reached through its HTTP
+    API (no Ray driver is started; ``timeout``: real seconds a request may wait for its
+    answer); any other through Ray."""
+    import sys
 
     # Ray must not be imported before connect_ray has set its authentication mode.
     ray_mod = sys.modules.get("ray")
-    if ray_mod is not None and ray_mod.is_initialized() and not address:
+    in_ray = ray_mod is not None and ray_mod.is_initialized()
+    if not (in_ray and not address):
+        api = recorded_api(address)
+        if api is not None:
+            url, token, recorded = api
+            kwargs = {} if timeout is None else {"timeout": timeout}
+            return Client(None, recorded,
+                          HttpApi(url, token, recorded, restart_wait=RESTART_WAIT_S, **kwargs))
+    from runtime.config import GLOBAL_NAME
+    from runtime.deploy import connect_ray, find_actor
+
+    if in_ray and not address:
+        assert ray_mod is not None
         gcs = str(ray_mod.get_runtime_context().gcs_address)
     else:
         gcs = connect_ray(resolve_address(address))

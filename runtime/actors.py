@@ -22,9 +22,11 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runtime.api import ApiServer
 from runtime.config import (
     CONTROLLER_NAME,
     GLOBAL_NAME,
@@ -54,6 +56,8 @@ RECONCILE_S = 5.0
 #: Real seconds between two health checks of the local managers by the global manager
 #: (each also reconciles that node's subtasks with the job table).
 MONITOR_S = 1.0
+#: Real seconds a (restarted) global manager keeps trying to bind its API port.
+API_BIND_WAIT_S = 10.0
 
 
 def _node_id() -> str:
@@ -406,7 +410,10 @@ class GlobalManagerActor:
         config: RuntimeConfig,
         base: TimeBase,
         info: dict[str, Any],
+        api_token: str | None = None,
     ) -> None:
+        """``api_token``: the HTTP API's bearer token (None: no API); the API listens on
+        this node's address, port ``info["api_port"]`` (see :mod:`runtime.api`)."""
         import ray
 
         self.config = config
@@ -443,6 +450,27 @@ class GlobalManagerActor:
             target=self._queue_loop, name="coalloc-gm-queue", daemon=True
         )
         self._queue.start()
+        self.api: ApiServer | None = None
+        self.api_error: str | None = None
+        if api_token:
+            self.api = self._serve_api(int(self.info.get("api_port") or 0), api_token)
+
+    def _serve_api(self, port: int, token: str) -> ApiServer | None:
+        """The HTTP API on this node's address and ``port``. A restarted global manager
+        binds the same port again: its predecessor's socket may take a moment to go, so
+        binding is retried for :data:`API_BIND_WAIT_S`; then the error is logged and shown
+        by ``status`` (clients fall back to nothing: they say the API does not answer)."""
+        host = _node_ip()
+        deadline = time.monotonic() + API_BIND_WAIT_S
+        while True:
+            try:
+                return ApiServer(self, host, port, token)
+            except OSError as exc:
+                if time.monotonic() >= deadline:
+                    self.api_error = f"cannot serve the API on {host}:{port}: {exc}"
+                    log.error("%s", self.api_error)
+                    return None
+                time.sleep(0.2)
 
     def _queue_loop(self) -> None:
         """Every cycle: a placement cycle of the pending queue (cheap when nothing
@@ -501,6 +529,8 @@ class GlobalManagerActor:
             "nodes": len(self.placements),
             "recovered": self.service.recovered,
             "reconciled": self.reconciled,
+            "api": self.api.url if self.api is not None else None,
+            "api_error": self.api_error,
         }
 
     def deployment(self) -> dict[str, Any]:
@@ -516,6 +546,40 @@ class GlobalManagerActor:
     def submit(self, specs: list[JobSpec], token: str | None = None) -> list[dict[str, Any]]:
         """``token``: the client's id of this submission (a retry is answered once)."""
         return self.service.submit(list(specs), token)
+
+    def submit_documents(
+        self, jobs: list[Mapping[str, Any]], token: str | None = None
+    ) -> list[dict[str, Any]]:
+        """:meth:`submit` of job mappings (the API's body): each is checked as a job
+        file's entry is, against this deployment's node count; the first bad one raises
+        :class:`~workloads.spec.SpecError` naming ``jobs[i]`` and the field."""
+        from workloads.spec import check_fits, parse_job
+
+        n = len(self.placements)
+        specs = []
+        for i, doc in enumerate(jobs):
+            spec = parse_job(doc, "request", i, n_nodes=n)
+            check_fits(spec, n, "request", i)
+            specs.append(spec)
+        return self.service.submit(specs, token)
+
+    def submit_file(
+        self, text: str, source: str, default_user: str = "", token: str | None = None
+    ) -> list[dict[str, Any]]:
+        """:meth:`submit` of a job file's text (the API's body), checked as
+        :func:`~workloads.spec.load_jobs` checks the file ``source``, against this
+        deployment's node count (errors name ``source``)."""
+        from workloads.spec import DEFAULT_USER, load_jobs_text
+
+        specs = load_jobs_text(text, source, len(self.placements),
+                               default_user=default_user or DEFAULT_USER)
+        return self.service.submit(specs, token)
+
+    def cancel_jobs(
+        self, job_ids: list[str] | None, user: str | None = None, state: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Bulk cancel, as ``scancel`` (see ``GlobalService.cancel_many``)."""
+        return self.service.cancel_many(job_ids, user, state)
 
     def subtask_ended(self, outcome: SubtaskOutcome) -> None:
         self.service.subtask_ended(outcome)
@@ -558,6 +622,8 @@ class GlobalManagerActor:
         st = assemble_status(desc, lm_status, ctl, self.placements, self.config, self.info,
                              job_id)
         st["global_manager"] = {
+            "api": self.api.url if self.api is not None else None,
+            "api_error": self.api_error,
             "pid": os.getpid(),
             "recovered": self.service.recovered,
             "reconciled": self.reconciled,
@@ -568,6 +634,9 @@ class GlobalManagerActor:
     def shutdown(self) -> bool:
         """``down``: stop and remove the journal (nothing is left to recover)."""
         self._stop.set()
+        if self.api is not None:
+            self.api.close()
+            self.api = None
         journal = self.info.get("gm_journal")
         if journal:
             Path(journal).unlink(missing_ok=True)

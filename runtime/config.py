@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field
@@ -25,6 +23,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 from global_manager.config import SimConfig
 from global_manager.core import QueueMode
 from global_manager.policies import Policy, get_policy, policies
+from runtime.state import HOME_ENV, coalloc_home  # noqa: F401 - re-exported (moved there)
 from workloads.validation import Reason, Wording, as_tuple, check_fields, fields_model
 
 #: Ray namespace every coalloc actor lives in.
@@ -45,19 +44,11 @@ def runtime_core(**overrides: Any) -> SimConfig:
     """:data:`RUNTIME_CORE` with some fields changed (``cycle=10.0``, ``queue="reject"``)."""
     return dataclasses.replace(RUNTIME_CORE, **overrides)
 
-#: Environment variable that moves coalloc's home (state file, logs) away from ~/.coalloc.
-HOME_ENV = "COALLOC_HOME"
 
 
 def local_manager_name(node: str) -> str:
     """The Ray actor name of the local manager of ``node``."""
     return f"{LOCAL_PREFIX}{node}"
-
-
-def coalloc_home() -> Path:
-    """Where coalloc keeps its state file and logs: ``$COALLOC_HOME`` or ``~/.coalloc``."""
-    env = os.environ.get(HOME_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".coalloc"
 
 
 class ExecutorKind(str, Enum):

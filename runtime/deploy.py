@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -91,7 +92,43 @@ def connect_ray(address: str, auth_mode: str | None = None) -> str:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"{address}: cannot connect to a Ray cluster ({first})") from None
+    _quiet_worker_pool_warning()
     return str(ray.get_runtime_context().gcs_address)
+
+
+#: The raylet's notice, pushed to the driver's stdout, that it started many worker
+#: processes (every coalloc actor is one, by design: ``up --nodes 64`` starts 66).
+WORKER_POOL_NOTICE = "worker processes have been started on node"
+
+
+def _quiet_worker_pool_warning() -> None:
+    """Keep the raylet's "N PYTHON worker processes have been started" notice off this
+    driver's stdout (``coalloc up`` starts one actor per node on purpose; the notice
+    suggests a problem the user does not have); it goes to the debug log instead. Ray
+    prints the errors the raylet pushes to a driver through
+    ``ray._private.worker.print_to_stdstream`` (looked up at each call); that function
+    is wrapped to drop this notice only. Nothing happens if Ray changes that name."""
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:  # pragma: no cover - Ray's layout changed
+        return
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "coalloc_filtered", False):
+        return
+
+    def filtered(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        lines = data.get("lines") if isinstance(data, dict) else None
+        if isinstance(lines, list) and data.get("pid") == "raylet":
+            kept = [ln for ln in lines if WORKER_POOL_NOTICE not in str(ln)]
+            if len(kept) != len(lines):
+                log.debug("raylet: %s", "; ".join(str(ln) for ln in lines if ln not in kept))
+                if not kept:
+                    return None
+                data = dict(data, lines=kept)
+        return original(data, *args, **kwargs)
+
+    filtered.coalloc_filtered = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = filtered
 
 
 def recorded_auth_mode(address: str) -> str | None:
@@ -226,9 +263,11 @@ class EmbeddedHead:
     auth_mode: str
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the kernel's choice of an ephemeral port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -239,7 +278,7 @@ def start_embedded_head(num_cpus: int | None = None) -> EmbeddedHead:
     # A short temp dir: Ray's socket paths must stay under 107 characters.
     temp_dir = Path(f"/tmp/coalloc-{os.getuid()}/ray")
     temp_dir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     log_path = home / "ray-head.log"
     argv = [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
@@ -329,6 +368,10 @@ class Deployment:
     command_endpoint: str
     phase_log: str
     ready_s: float
+    #: The global manager's HTTP API (``http://host:port``) and its bearer token; empty
+    #: when the deployment serves none (``coalloc run``).
+    api_url: str = ""
+    api_token: str = ""
 
 
 def default_log_path() -> Path:
@@ -366,10 +409,17 @@ def deploy(
     nodes_spec: str | None = None,
     log_path: str | None = None,
     progress: Callable[[str], None] | None = None,
+    api: bool = False,
+    api_port: int = 0,
 ) -> Deployment:
     """Create the controller, the local managers and the global manager on the connected
     Ray cluster and wait until all are ready. Raises :class:`UserError` if coalloc is
-    already running there or the cluster cannot host it."""
+    already running there or the cluster cannot host it.
+
+    ``api``: the global manager serves its HTTP API (:mod:`runtime.api`) on this Ray
+    node's address, port ``api_port`` (0: a free one chosen here), with a fresh token;
+    both are in the returned :class:`Deployment` (``up`` records them in the state
+    file)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -468,6 +518,15 @@ def deploy(
             "transport_security": "insecure" if config.insecure else "curve",
             "gm_journal": str(runtime_file("gm", base.epoch)),
         }
+        token: str | None = None
+        api_url = ""
+        if api:
+            host = next((str(n["NodeManagerAddress"]) for n in ray.nodes()
+                         if n["NodeID"] == here), "127.0.0.1")
+            port = api_port or free_port(host)
+            token = secrets.token_urlsafe(32)
+            info["api_port"] = port
+            api_url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
         say("starting the global manager")
         gm: Any = (
             ray.remote(GlobalManagerActor)
@@ -476,10 +535,13 @@ def deploy(
                 max_restarts=GLOBAL_MAX_RESTARTS, max_task_retries=0, **common,
             )
             .remote([(p.node, p.ray_node_id, p.emulated) for p in placements], config, base,
-                    info)
+                    info, token)
         )
         created.insert(0, GLOBAL_NAME)
-        ray.get(gm.ready.remote(), timeout=READY_TIMEOUT_S)
+        gm_ready = ray.get(gm.ready.remote(), timeout=READY_TIMEOUT_S)
+        if api and gm_ready.get("api_error"):
+            raise UserError(f"the global manager cannot serve its API: {gm_ready['api_error']}"
+                            " (choose another --api-port)")
     except BaseException:
         teardown(created)
         raise
@@ -491,23 +553,30 @@ def deploy(
         command_endpoint=ctl["command_endpoint"],
         phase_log=log,
         ready_s=time.monotonic() - t0,
+        api_url=api_url,
+        api_token=token or "",
     )
 
 
 def teardown(names: Sequence[str] | None = None) -> list[str]:
     """Remove coalloc's actors (``names``, or every one the global manager lists):
     graceful shutdown first (local managers kill their subtask processes), then
-    ``ray.kill``. Returns the names removed."""
+    ``ray.kill``; then the deployment's restart files on this machine that are left (an
+    actor that did not answer, e.g. a lost node's local manager, could not remove its
+    own; see :func:`remove_restart_files`). Returns the names removed."""
     import ray
 
+    gm = find_actor(GLOBAL_NAME)
+    recorded: dict[str, Any] = {}
+    if gm is not None:
+        try:
+            recorded = dict(ray.get(gm.deployment.remote(), timeout=10.0))
+        except Exception:  # noqa: BLE001 - the names below, no epoch
+            recorded = {}
     if names is None:
-        gm = find_actor(GLOBAL_NAME)
         names = []
         if gm is not None:
-            try:
-                names = list(ray.get(gm.deployment.remote(), timeout=10.0)["actors"])
-            except Exception:  # noqa: BLE001 - fall back to the well-known names
-                names = [GLOBAL_NAME]
+            names = list(recorded.get("actors") or [GLOBAL_NAME])
             if GLOBAL_NAME not in names:
                 names.insert(0, GLOBAL_NAME)
         if find_actor(CONTROLLER_NAME) is not None and CONTROLLER_NAME not in names:
@@ -525,4 +594,26 @@ def teardown(names: Sequence[str] | None = None) -> list[str]:
             ray.kill(handles[n], no_restart=True)
         except Exception:  # noqa: BLE001 - already gone
             pass
+    if isinstance(recorded.get("epoch"), (int, float)):
+        for path in remove_restart_files(float(recorded["epoch"])):
+            log.info("removed the restart file %s left by an actor that did not answer", path)
     return order
+
+
+def remove_restart_files(epoch: float) -> list[Path]:
+    """Remove the restart files of the deployment whose model time 0 is ``epoch`` (real
+    s) from this machine's ``<COALLOC_HOME>/runtime/`` (``gm-``, ``ctl-`` and every
+    ``lm-<node>-`` file named by that epoch, see :func:`runtime_file`); files of other
+    deployments stay. Returns the files removed. Local managers on other machines keep
+    theirs if they could not remove them."""
+    d = coalloc_home() / "runtime"
+    suffix = f"-{int(epoch * 1000)}.json"
+    removed = []
+    for path in sorted(d.glob(f"*{suffix}")) if d.is_dir() else []:
+        if path.name.split("-", 1)[0] in ("gm", "ctl", "lm"):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            removed.append(path)
+    return removed

@@ -338,10 +338,20 @@ class GlobalService:
             zombies = sorted({
                 str(d.get("job_id")) for d in seen
                 if d.get("state") in ("running", "pending")
-                and (str(d.get("job_id")), int(d.get("index", -1))) not in todo
+                and (key := (str(d.get("job_id")), int(d.get("index", -1)))) not in todo
+                and not self._ended_in_current_run(*key)
             })
             self.counters["zombies_cancelled"] += len(zombies)
             return zombies
+
+    def _ended_in_current_run(self, run_id: str, index: int) -> bool:
+        """Whether subtask ``index`` of run ``run_id`` is recorded as ended and the run
+        is its job's current one: a node view taken just before that subtask finished
+        still shows it running; it is no zombie (caller holds the lock)."""
+        job_id = run_id if run_id in self.jobs else run_id.rsplit(".", 1)[0]
+        info = self.jobs.get(job_id)
+        return info is not None and (info.run_id or info.job_id) == run_id \
+            and index in info.outcomes
 
     def _missing(self, node: str, keys: set[tuple[str, int]]) -> bool:
         """Subtasks of running jobs that ``node``'s manager does not know, well after
@@ -470,7 +480,7 @@ class GlobalService:
                     user=spec.user,
                     priority=spec.priority,
                     spec=job_to_dict(spec),
-                    queued_at=start if adm.pending else None,
+                    queued_at=now if adm.pending else None,
                 )
                 self.jobs[adm.job_id] = info
                 ids.append(adm.job_id)
@@ -495,13 +505,17 @@ class GlobalService:
         return [dict(a) for a in out]
 
     def _answer(self, info: JobInfo) -> dict[str, Any]:
+        """A submission's answer; a pending job's ``reason`` is why it waits, one clause
+        per constraint it fails (as ``status JOB`` shows it)."""
+        reason = self._with_reasons(info)["reason"] if info.state is JobPhase.PENDING \
+            else info.reason
         return {
             "job_id": info.job_id,
             "name": info.name,
             "admitted": info.state is JobPhase.RUNNING,
             "pending": info.state is JobPhase.PENDING,
             "state": info.state.value,
-            "reason": info.reason,
+            "reason": reason,
             "nodes": [s["node"] for s in info.subtasks] if info.state is JobPhase.RUNNING
             else [],
             "start_at": info.start_at,
@@ -602,7 +616,7 @@ class GlobalService:
                     info.history:
                 self.core.requeue(info.job_id, spec, start)
                 info.state = JobPhase.PENDING
-                info.queued_at = start
+                info.queued_at = self.clock.now()
                 info.reason = why + "; back in the queue"
             else:
                 self.core.cancel(info.job_id)
@@ -668,6 +682,8 @@ class GlobalService:
             self.counters["failed_node_loss" if loss else "failed_subtask"] += 1
             stop_reason = f"failed: {why}"
         nodes = sorted({s.node for s in running} | {s["node"] for s in info.subtasks})
+        if requeue:  # pending again: no nodes until it is placed anew (history says where)
+            info.subtasks = []
         log.warning("%s: %s", info.job_id, info.reason)
         return run_id, nodes, stop_reason
 
@@ -703,22 +719,64 @@ class GlobalService:
 
     def cancel(self, job_id: str) -> dict[str, Any] | None:
         """Cancel a job; None for an unknown id. A finished job is left as it is."""
-        with self._lock:
-            info = self.jobs.get(job_id)
-            if info is None:
-                return None
-            if info.state.final:
-                return info.to_dict()
-            was_running = info.state is JobPhase.RUNNING
-            running = self.core.cancel(job_id)
-            info.state = JobPhase.CANCELLED
-            info.finished_at = self.clock.now()
-            nodes = sorted({s.node for s in running})
-            run_id = info.run_id or info.job_id
-            self._persist()
-        if was_running:
-            self.dispatch.cancel(run_id, nodes, "cancelled")
+        if job_id not in self.jobs:
+            return None
+        self.cancel_many([job_id])
         return self.job(job_id)
+
+    def cancel_many(
+        self, job_ids: Iterable[str] | None, user: str | None = None,
+        state: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Cancel jobs as ``scancel`` does: those named by ``job_ids`` (None: every job not
+        over yet) that belong to ``user`` and are in ``state`` (``pending`` or
+        ``running``; None: any). One result per job named or selected, in order:
+        ``job_id``, ``name``, ``user``, ``was`` (its state before), ``state`` (after)
+        and ``result``: ``cancelled``, ``already <state>`` (a job that was over:
+        left as it is), ``skipped: ...`` (named, but another user's or in another
+        state) or ``unknown job id``. One journal write for the lot; running jobs are
+        stopped on their nodes afterwards, outside the lock."""
+        out: list[dict[str, Any]] = []
+        stops: list[tuple[str, list[str], str]] = []
+        with self._lock:
+            if job_ids is None:
+                ids = [j for j, i in self.jobs.items() if not i.state.final]
+            else:
+                ids = list(dict.fromkeys(job_ids))
+            now = self.clock.now()
+            changed = False
+            for job_id in ids:
+                info = self.jobs.get(job_id)
+                if info is None:
+                    out.append({"job_id": job_id, "result": "unknown job id"})
+                    continue
+                was = info.state.value
+                skip = []
+                if user is not None and info.user != user:
+                    skip.append(f"user {info.user}")
+                if state is not None and was != state:
+                    skip.append(f"{was}, not {state}")
+                if skip and job_ids is None:
+                    continue
+                rec = {"job_id": job_id, "name": info.name, "user": info.user, "was": was}
+                if skip:
+                    out.append(dict(rec, state=was, result="skipped: " + "; ".join(skip)))
+                    continue
+                if info.state.final:
+                    out.append(dict(rec, state=was, result=f"already {was}"))
+                    continue
+                running = self.core.cancel(job_id)
+                info.state = JobPhase.CANCELLED
+                info.finished_at = now
+                changed = True
+                if was == JobPhase.RUNNING.value:
+                    stops.append((info.run_id or info.job_id,
+                                  sorted({s.node for s in running}), "cancelled"))
+                out.append(dict(rec, state=info.state.value, result="cancelled"))
+            if changed:
+                self._persist()
+        self._send_stops(stops)
+        return out
 
     # ------------------------------------------------------------------ queries
     def start_estimates(self) -> Mapping[str, float | None]:

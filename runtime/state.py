@@ -6,24 +6,37 @@ Fields: ``version`` (1), ``address`` (the Ray GCS address ``host:port``), ``embe
 (``up`` started the Ray head itself), ``head_pid`` (the ``ray start --block`` process, the
 leader of its own session, when embedded), ``temp_dir`` (the embedded head's Ray temp
 dir), ``actors`` (names of the actors ``up`` created, namespace ``coalloc``),
-``phase_log``, ``report_endpoint``, ``started_at`` (s since the Unix epoch).
+``phase_log``, ``report_endpoint``, ``started_at`` (s since the Unix epoch); ``extra``:
+``n_nodes``, ``transport_security``, the global manager's HTTP API (``api_url``,
+``api_token``: its bearer token), and for an embedded head its auth mode and address.
 
 Writes are atomic (temporary file, fsync, rename) and the file is readable by its owner
-only (0600). It holds no keys: the runtime's CURVE keys live only in the actors.
+only (0600): it holds the API token. It holds no CURVE keys: those live only in the
+actors.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.config import coalloc_home
 from workloads.atomic import atomic_write_bytes
 from workloads.errors import UserError
 
 STATE_VERSION = 1
+#: The environment variable that moves ``~/.coalloc``.
+HOME_ENV = "COALLOC_HOME"
+
+
+def coalloc_home() -> Path:
+    """Where coalloc keeps its state file and logs: ``$COALLOC_HOME`` or ``~/.coalloc``.
+    (Here, not in :mod:`runtime.config`, so that reading the state file imports nothing
+    heavy: the CLI's fast path starts with it.)"""
+    env = os.environ.get(HOME_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".coalloc"
 
 
 @dataclass(frozen=True, slots=True)

@@ -779,10 +779,40 @@ def read_document(
         raise SpecError(src, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise SpecError(src, "", f"cannot read: {exc.strerror or exc}") from None
+    return parse_text(text, src, expected, count_subtasks, max_bytes)
+
+
+def parse_text(
+    text: str, source: str, expected: str, count_subtasks: CountCheck | None = None,
+    max_bytes: int = MAX_DOCUMENT_BYTES,
+) -> Any:
+    """:func:`read_document` of a file's text already read: ``source`` (the file's name)
+    picks YAML or JSON by its suffix and is named in every error."""
+    suffix = Path(source).suffix.lower()
+    if suffix not in _YAML_SUFFIXES + _JSON_SUFFIXES:
+        raise SpecError(
+            source, "",
+            f"unknown file type {Path(source).suffix or '(none)'!r}; use .yaml, .yml or .json",
+        )
+    if len(text) > max_bytes or len(text.encode("utf-8")) > max_bytes:
+        raise SpecError(source, "", f"larger than the {max_bytes // 1024} KiB limit for this "
+                        "file; split it into several files")
     if not text.strip():
-        raise SpecError(src, "", f"empty file: expected {expected}")
+        raise SpecError(source, "", f"empty file: expected {expected}")
     if suffix in _YAML_SUFFIXES:
         if count_subtasks is not None:
             _yaml_precheck(text, count_subtasks)
-        return _yaml_load(text, src)
-    return _json_load(text, src)
+        return _yaml_load(text, source)
+    return _json_load(text, source)
+
+
+def load_jobs_text(
+    text: str, source: str, n_nodes: int | None = None, default_user: str = DEFAULT_USER
+) -> list[JobSpec]:
+    """:func:`load_jobs` of the text of the file named ``source`` (a job file sent to the
+    global manager's API): the same checks and the same messages."""
+    data = parse_text(
+        text, source, "a job (a mapping) or a list of jobs",
+        count_subtasks=lambda count, field: _check_count(count, n_nodes, source, field, True),
+    )
+    return parse_document(data, source, n_nodes, default_user)

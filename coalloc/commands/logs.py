@@ -151,7 +151,7 @@ def summarize_file(path: Path) -> dict[str, Any]:
 
 def format_jobs(jobs: Sequence[dict[str, Any]]) -> str:
     headers = ("job", "qos", "subtasks", "periods", "mean_phi_s", "max_phi_s", "viol_A_t",
-               "skew_s", "turnaround_s", "completed")
+               "skew_s", "turnaround_s", "completed", "ended")
     rows = []
     for j in jobs:
         periods = int(j.get("periods", 0) or 0)
@@ -164,10 +164,10 @@ def format_jobs(jobs: Sequence[dict[str, Any]]) -> str:
             j["job"], j.get("qos") or "-", j.get("subtasks"), periods,
             _float(j.get("mean_phase_difference")), _float(j.get("max_phase_difference")),
             viol, _float(j.get("completion_skew")), _float(j.get("turnaround")),
-            "yes" if j.get("completed") else "no",
+            "yes" if j.get("completed") else "no", j.get("reason") or "-",
         ))
-    return table(headers, rows, digits=(1, 1, 1, 1, 1, 1, 3, 1, 1, 1),
-                 align="<<>>>>>>>>")
+    return table(headers, rows, digits=(1, 1, 1, 1, 1, 1, 3, 1, 1, 1, 1),
+                 align="<<>>>>>>>><")
 
 
 _RUN_HEAD = ("jobs", "completed_strict", "mean_phi_s", "max_phi_s", "mean_skew_s",
@@ -322,7 +322,8 @@ def plot_job(out: Path, job: str, points: Sequence[PeriodPoint], summary: dict[s
     top.set_ylabel("phase difference (s)")
     top.set_ylim(bottom=0)
     bottom.set_ylabel("mean virtual − real (s)")
-    bottom.set_xlabel("real time T_R (s)")
+    # The log's ``t`` is the period's boundary in model time (live: real s x time scale).
+    bottom.set_xlabel("T_R, model time (model s)")
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="best")

@@ -26,16 +26,21 @@ def register(subparsers: Any) -> None:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from coalloc.client import connect, recorded_node_count, submitting_user
+    from coalloc.client import connect, recorded_api, recorded_node_count, submitting_user
     from coalloc.errors import escape_controls
-    from workloads.spec import load_jobs
 
-    # A bad file fails before any cluster is contacted; the node count recorded by up
-    # (if any) refuses a job with more subtasks than nodes before they are parsed.
-    load_jobs(args.file, recorded_node_count(args.address),
-              default_user=submitting_user())
-    client = connect(args.address)
-    answers = client.submit_all(args.file)
+    if recorded_api(args.address) is not None:
+        # The global manager checks the file (same checks, same messages): no job parser
+        # to load here.
+        answers = connect(args.address).submit_file(args.file)
+    else:
+        from workloads.spec import load_jobs
+
+        # A bad file fails before any cluster is contacted; the node count recorded by up
+        # (if any) refuses a job with more subtasks than nodes before they are parsed.
+        load_jobs(args.file, recorded_node_count(args.address),
+                  default_user=submitting_user())
+        answers = connect(args.address).submit_all(args.file)
     rejected = 0
     for a in answers:
         if args.quiet:

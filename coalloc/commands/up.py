@@ -15,6 +15,7 @@ from typing import Any
 from coalloc.commands._runtime_args import (
     CURVE_NOTE,
     INSECURE_NOTE,
+    _port,
     add_runtime_args,
     config_from_args,
 )
@@ -41,6 +42,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--num-cpus", type=int, default=None, metavar="N",
         help="CPUs of the embedded Ray head (default: all)",
+    )
+    parser.add_argument(
+        "--api-port", type=_port, default=0, metavar="P",
+        help="TCP port of the global manager's HTTP API, on this Ray node's address "
+        "(default: a free one; recorded with its token in the state file)",
     )
     add_runtime_args(parser, nodes_default=None)
     parser.set_defaults(handler=run_up)
@@ -81,7 +87,9 @@ def run_up(args: argparse.Namespace) -> int:
             stop_session(head.pid)
             raise
     try:
-        dep = deploy(config, args.nodes, args.log, progress=lambda m: print(m + " ...", flush=True))
+        dep = deploy(config, args.nodes, args.log,
+                     progress=lambda m: print(m + " ...", flush=True), api=True,
+                     api_port=args.api_port)
     except BaseException:
         if head is not None:
             import ray
@@ -102,6 +110,8 @@ def run_up(args: argparse.Namespace) -> int:
             extra=dict(
                 {"auth_mode": head.auth_mode, "connect_address": head.address} if head else {},
                 n_nodes=len(dep.placements),
+                api_url=dep.api_url,
+                api_token=dep.api_token,
                 transport_security="insecure" if config.insecure else "curve",
             ),
         )
@@ -120,6 +130,7 @@ def run_up(args: argparse.Namespace) -> int:
             + (f" labels {','.join(sorted(p.node.labels))}" if p.node.labels else "")
         )
     print(f"  report endpoint {dep.report_endpoint}")
+    print(f"  API {dep.api_url} (token in the state file)")
     print(f"  transport {INSECURE_NOTE if config.insecure else CURVE_NOTE}")
     print(f"  phase log {dep.phase_log}")
     print(f"  state file {path}")

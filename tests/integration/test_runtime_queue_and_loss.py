@@ -119,3 +119,31 @@ def test_a_silent_node_is_lost_and_its_gang_requeued_whole_on_the_others(
     assert first and first[0]["reason"].startswith("requeued") and not first[0]["completed"]
     assert any(r.get("type") == "summary" and r["job"] == f"{jid}.2" and r["completed"]
                for r in records)
+
+
+def test_down_removes_the_restart_files_of_a_node_that_does_not_answer(
+    deployment: Any, capsys: Any
+) -> None:
+    """Last in this module (it takes the deployment down): a local manager that cannot
+    answer ``shutdown`` (SIGSTOPped) cannot remove its own checkpoint; ``down`` does,
+    with every other restart file of the deployment."""
+    import coalloc
+    from runtime.config import LOCAL_PREFIX
+    from runtime.state import coalloc_home
+
+    cluster, _ = deployment
+    epoch = coalloc.connect(cluster.address).deployment()["epoch"]
+    files = sorted((coalloc_home() / "runtime").glob(f"*-{int(epoch * 1000)}.json"))
+    assert {f.name.split("-", 1)[0] for f in files} == {"gm", "ctl", "lm"}, files
+    info = ready_of(LOCAL_PREFIX + "n1")
+    assert info is not None
+    os.kill(int(info["pid"]), signal.SIGSTOP)
+    try:
+        code, out, err = run_cli(capsys, "down", "--address", cluster.address)
+    finally:
+        try:
+            os.kill(int(info["pid"]), signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert code == 0, err
+    assert not [f for f in files if f.exists()]

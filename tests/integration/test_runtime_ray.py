@@ -364,6 +364,110 @@ def test_process_executor_jobs(deployment: Any, capsys: Any, tmp_path: Path) -> 
     assert leftovers == []
 
 
+def test_the_cli_answers_through_the_api_with_the_ray_paths_documents(
+    deployment: Any, capsys: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``up`` recorded the API and its token (0600); the client uses it (no Ray call);
+    ``status --json``, ``queue --json`` and a job's record are the documents the Ray
+    path gives; the real service refuses a wrong token and a bad body and goes on."""
+    import http.client
+    import stat
+
+    import coalloc
+    from runtime.state import load_state, state_path
+
+    state = load_state()
+    assert state is not None and state.extra["api_url"].startswith("http://")
+    assert stat.S_IMODE(state_path().stat().st_mode) == 0o600
+    client = coalloc.connect(deployment.address)
+    assert client.api is not None and client.api.url == state.extra["api_url"]
+    long = {"name": "api-long", "qos": "strict", "overall_deviation": 100, "asynchrony": 50,
+            "subtasks": [{"work": 5000, "weight": 1}, {"work": 5000, "weight": 1}]}
+    job_id = client.submit(long)
+    try:
+        via_api = status(capsys, deployment.address, job_id)
+        monkeypatch.setenv("COALLOC_TRANSPORT", "ray")
+        assert coalloc.connect(deployment.address).api is None
+        via_ray = status(capsys, deployment.address, job_id)
+        code, out, _ = run_cli(capsys, "queue", "--json", "--address", deployment.address)
+        queue_ray = json.loads(out[out.index("["):])
+        monkeypatch.delenv("COALLOC_TRANSPORT")
+        code, out, _ = run_cli(capsys, "queue", "--json", "--address", deployment.address)
+        queue_api = json.loads(out[out.index("["):])
+
+        def shape(doc: Any) -> Any:  # the keys at every level, and the values that hold
+            if isinstance(doc, dict):
+                return {k: shape(v) for k, v in doc.items()}
+            if isinstance(doc, list):
+                return [shape(v) for v in doc]
+            return type(doc).__name__ if doc is not None else None
+
+        for key in ("address", "policy", "report_endpoint", "phase_log", "security"):
+            assert via_api[key] == via_ray[key], key
+        assert via_api["jobs"][0]["job_id"] == job_id and via_api["jobs"][0]["state"] == "running"
+        assert set(via_api) == set(via_ray)
+        assert shape(via_api["jobs"][0]["subtasks"]) == shape(via_ray["jobs"][0]["subtasks"])
+        assert [(q["job_id"], q["state"], q["nodes"]) for q in queue_api] == [
+            (q["job_id"], q["state"], q["nodes"]) for q in queue_ray]
+        assert set(queue_api[0]) == set(queue_ray[0])
+
+        url = state.extra["api_url"].split("//", 1)[1]
+        host, port = url.rsplit(":", 1)
+        for headers, body, want in (({}, None, 401),
+                                    ({"Authorization": "Bearer nope"}, None, 401),
+                                    ({"Authorization": f"Bearer {state.extra['api_token']}"},
+                                     b"{oops", 400)):
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.request("POST" if body else "GET",
+                         "/api/v1/jobs" if body else "/api/v1/status", body=body,
+                         headers=headers)
+            resp = conn.getresponse()
+            doc = json.loads(resp.read())
+            conn.close()
+            assert resp.status == want and "\n" not in doc["error"]
+        assert client.job(job_id)["state"] == "running"  # still serving
+    finally:
+        client.cancel(job_id)
+
+
+def test_bulk_cancel_by_ids_user_and_state(
+    deployment: Any, capsys: Any, tmp_path: Path
+) -> None:
+    """``cancel A B``, ``--user``, ``--state``; an already-cancelled job says so; an
+    unknown id is one error line, exit 2, after the others were cancelled."""
+    import coalloc
+
+    client = coalloc.connect(deployment.address)
+    long = {"qos": "strict", "overall_deviation": 100, "asynchrony": 50,
+            "subtasks": [{"work": 50000, "weight": 4}] * 3}
+    # The first takes every node's budget; the others wait.
+    jobs = write_jobs(tmp_path / "bulk.json",
+                      [dict(long, name=f"bulk{i}", user=u)
+                       for i, u in enumerate(["carol", "carol", "dave", "carol"])])
+    code, out, err = run_cli(capsys, "submit", str(jobs), "--address", deployment.address)
+    assert code == 0, err
+    ids = [line.split()[0] for line in out.splitlines() if line.startswith("j")]
+    users = dict(zip(ids, ["carol", "carol", "dave", "carol"]))
+    states = client.job_states(ids)
+    assert sorted(states.values()) == ["pending", "pending", "pending", "running"], out
+    try:
+        code, out, err = run_cli(capsys, "cancel", "--user", "carol", "--state", "pending",
+                                 "--address", deployment.address)
+        assert code == 0, err
+        assert out.splitlines() == [f"{j}  cancelled (was pending)" for j in ids
+                                    if users[j] == "carol" and states[j] == "pending"]
+        code, out, err = run_cli(capsys, "cancel", *ids, "j99999",
+                                 "--address", deployment.address)
+        assert code == 2 and err == "coalloc: error: j99999: unknown job id\n"
+        assert out.splitlines() == [
+            f"{j}  already cancelled; nothing to cancel"
+            if users[j] == "carol" and states[j] == "pending"
+            else f"{j}  cancelled (was {states[j]})" for j in ids]
+        assert set(client.job_states(ids).values()) == {"cancelled"}
+    finally:
+        client.cancel_jobs(ids)
+
+
 PARITY_JOBS: list[dict[str, Any]] = [
     {"name": "pa", "qos": "strict", "overall_deviation": 40, "asynchrony": 20,
      "subtasks": [{"work": 15, "weight": 1}, {"work": 22, "weight": 2},

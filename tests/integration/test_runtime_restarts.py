@@ -81,6 +81,7 @@ def test_the_global_manager_restarts_and_recovers_its_job_table(
     from runtime.config import GLOBAL_NAME
 
     client = coalloc.connect(deployment.address)
+    assert client.api is not None  # through the API: the restarted manager binds its port
     before = client.submit_all([strict_job("gm-a"), strict_job("gm-b", 5.0)])
     assert all(a["admitted"] for a in before)
     a, b = (x["job_id"] for x in before)
@@ -112,6 +113,33 @@ def test_the_global_manager_restarts_and_recovers_its_job_table(
     assert all(n["committed"] == pytest.approx(0.0, abs=1e-9) for n in nodes)
     code, out, err = run_cli(capsys, "status", "--address", deployment.address)
     assert code == 0 and a in out, err
+
+
+def test_a_stopped_global_manager_is_reported_as_not_answering(
+    deployment: Any, capsys: Any
+) -> None:
+    """SIGSTOP of the global manager: its API port still accepts connections (the
+    kernel's backlog) and nothing answers. The client says it is not answering, in one
+    line that does not send the user to ``coalloc up`` (which would refuse); after
+    SIGCONT it answers again."""
+    import coalloc
+    from coalloc.errors import UserError
+    from runtime.config import GLOBAL_NAME
+
+    info = ready_of(GLOBAL_NAME)
+    assert info is not None and info["api"]
+    client = coalloc.connect(deployment.address, timeout=2.0)
+    assert client.api is not None
+    client.queue()
+    os.kill(int(info["pid"]), signal.SIGSTOP)
+    try:
+        with pytest.raises(UserError) as err:
+            client.queue()
+    finally:
+        os.kill(int(info["pid"]), signal.SIGCONT)
+    msg = str(err.value)
+    assert "not answering" in msg and "coalloc up" not in msg and "\n" not in msg
+    assert isinstance(client.queue(), list)  # answered again
 
 
 def test_the_controller_restarts_on_its_ports_and_tracks_running_jobs_again(

@@ -230,3 +230,21 @@ def test_summarize_refuses_a_complete_bad_last_line(logs: Path, tmp_path: Path,
     n = len(path.read_bytes().splitlines())
     code, _, err = run(capsys, "summarize", str(path))
     _one_line_error(code, err, f"{path}: line {n}: not JSON")
+
+
+def test_summarize_shows_why_a_run_ended(logs: Path, tmp_path: Path, capsys) -> None:
+    """A run the live runtime ended early (requeued, cancelled, failed) carries its
+    reason in its summary record; the table shows it in the ``ended`` column."""
+    records = [json.loads(x) for x in (logs / "sq.jsonl").read_text().splitlines()]
+    first = next(r for r in records if r["type"] == "summary")
+    first["reason"] = "requeued: node n2 lost (no answer from its local manager for 51 cycles)"
+    path = tmp_path / "ended.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, out, _ = run(capsys, "summarize", str(path))
+    assert code == 0
+    header, *lines = out.splitlines()
+    assert header.split()[-2:] == ["completed", "ended"]
+    (row,) = [ln for ln in lines if ln.startswith(first["job"] + " ")]
+    assert row.endswith(first["reason"])
+    others = [ln for ln in lines if ln.startswith("j0") and ln != row]
+    assert others and all(ln.rstrip().endswith(" -") for ln in others)

@@ -1,0 +1,325 @@
+"""The global manager's HTTP/JSON API: a thin adapter at the edge, standard library only.
+
+The global manager serves it from a thread of its actor (:class:`ApiServer`), bound to its
+node's address on the port ``coalloc up`` chose and recorded in the state file, with the
+bearer token ``up`` generated and recorded there (the file is 0600). The CLI's
+``submit``, ``status``, ``queue`` and ``cancel`` and :func:`coalloc.connect` use it
+instead of starting a Ray driver per call. Routes (all JSON; every request needs
+``Authorization: Bearer TOKEN``, or ``?token=TOKEN`` for a browser):
+
+========  =====================  ==============================================================
+GET       /api/v1/deployment     endpoints, phase log, actor and node names, time scale, cycle
+GET       /api/v1/status         the ``status --json`` document (``?job=ID``: only that job)
+GET       /api/v1/queue          pending then running jobs (``coalloc queue --json``)
+GET       /api/v1/jobs           ``{job id: state}`` (``?id=ID`` repeatable: only those)
+GET       /api/v1/jobs/ID        one job's record; 404 for an unknown id
+POST      /api/v1/jobs           ``{"jobs": [job mapping, ...], "token": "..."}``: submit one
+                                 batch; the answers (a retried token gets the first answers).
+                                 Or ``{"file": TEXT, "source": NAME, "default_user": U,
+                                 "token": ...}``: a job file's text, checked here as
+                                 ``load_jobs`` checks the file NAME (YAML or JSON by suffix)
+POST      /api/v1/cancel         ``{"job_ids": [...] | null, "user": U | null, "state":
+                                 "pending" | "running" | null}``: one result per job
+========  =====================  ==============================================================
+
+Errors are ``{"error": "one line"}``: 401 without the right token, 400 for a malformed
+request or body (and a job mapping the job-file rules refuse), 404 for an unknown route
+or job, 413 for a body over :data:`MAX_BODY_BYTES`, 500 if the backend failed (logged;
+the server keeps serving). Documents are strict JSON: a NaN or infinity is ``null``.
+
+No Ray here: the backend is any object with the methods of :class:`ApiBackend`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import math
+import threading
+from collections.abc import Mapping
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from workloads.errors import UserError
+
+log = logging.getLogger("coalloc.runtime.api")
+
+#: Path prefix of every route.
+PREFIX = "/api/v1"
+#: Largest request body accepted (bytes): a job file is at most 1 MiB, plus JSON's quoting.
+MAX_BODY_BYTES = 4 * 2**20
+#: Real seconds a connection may stay silent before the server drops it.
+SOCKET_TIMEOUT_S = 30.0
+#: The job states ``POST /cancel`` can select by.
+CANCEL_STATES = ("pending", "running")
+
+
+class BadRequest(Exception):
+    """The request cannot be served as sent: answered 400 with this one-line message."""
+
+
+class ApiBackend(Protocol):
+    """What the API serves (the global manager actor). Each method returns JSON-able
+    data; a :class:`BadRequest` or :class:`~workloads.errors.UserError` it raises is a
+    400 with its message."""
+
+    def deployment(self) -> dict[str, Any]: ...
+
+    def status(self, job_id: str | None = None) -> dict[str, Any]: ...
+
+    def queue(self) -> list[dict[str, Any]]: ...
+
+    def job(self, job_id: str) -> dict[str, Any] | None: ...
+
+    def job_states(self, job_ids: list[str] | None = None) -> dict[str, str]: ...
+
+    def submit_documents(
+        self, jobs: list[Mapping[str, Any]], token: str | None
+    ) -> list[dict[str, Any]]: ...
+
+    def submit_file(
+        self, text: str, source: str, default_user: str, token: str | None
+    ) -> list[dict[str, Any]]: ...
+
+    def cancel_jobs(
+        self, job_ids: list[str] | None, user: str | None, state: str | None
+    ) -> list[dict[str, Any]]: ...
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None (JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split()) or "error"
+
+
+def _string_list(body: Mapping[str, Any], key: str) -> list[str] | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BadRequest(f"{key}: expected a list of strings or null")
+    return list(value)
+
+
+def _optional_string(body: Mapping[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"{key}: expected a string or null")
+    return value
+
+
+def route(
+    backend: ApiBackend, method: str, path: str, query: Mapping[str, list[str]],
+    body: Any,
+) -> tuple[int, Any]:
+    """Serve one authenticated request: (HTTP status, JSON-able document). ``body``: the
+    parsed JSON body of a POST (None for a GET). Raises :class:`BadRequest`."""
+    if not path.startswith(PREFIX + "/"):
+        return HTTPStatus.NOT_FOUND, {"error": f"{path}: no such route"}
+    parts = [unquote(p) for p in path[len(PREFIX) + 1:].split("/") if p]
+
+    def one(name: str) -> str | None:
+        values = query.get(name)
+        return values[-1] if values else None
+
+    if method == "GET":
+        if parts == ["deployment"]:
+            return HTTPStatus.OK, backend.deployment()
+        if parts == ["status"]:
+            return HTTPStatus.OK, backend.status(one("job"))
+        if parts == ["queue"]:
+            return HTTPStatus.OK, backend.queue()
+        if parts == ["jobs"]:
+            return HTTPStatus.OK, backend.job_states(query.get("id"))
+        if len(parts) == 2 and parts[0] == "jobs":
+            rec = backend.job(parts[1])
+            if rec is None:
+                return HTTPStatus.NOT_FOUND, {"error": f"{parts[1]}: unknown job id"}
+            return HTTPStatus.OK, rec
+    elif method == "POST":
+        if not isinstance(body, Mapping):
+            raise BadRequest("body: expected a JSON object")
+        if parts == ["jobs"] and "file" in body:
+            text = body.get("file")
+            source = body.get("source")
+            if not isinstance(text, str) or not isinstance(source, str) or not source:
+                raise BadRequest("file, source: expected the job file's text and its name")
+            user = _optional_string(body, "default_user")
+            return HTTPStatus.OK, backend.submit_file(
+                text, source, user or "", _optional_string(body, "token"))
+        if parts == ["jobs"]:
+            jobs = body.get("jobs")
+            if not isinstance(jobs, list) or not jobs \
+                    or not all(isinstance(j, Mapping) for j in jobs):
+                raise BadRequest("jobs: expected a non-empty list of job objects")
+            return HTTPStatus.OK, backend.submit_documents(jobs, _optional_string(body, "token"))
+        if parts == ["cancel"]:
+            ids = _string_list(body, "job_ids")
+            user = _optional_string(body, "user")
+            state = _optional_string(body, "state")
+            if state is not None and state not in CANCEL_STATES:
+                raise BadRequest(f"state: expected one of {', '.join(CANCEL_STATES)} or null")
+            if ids is None and user is None and state is None:
+                raise BadRequest("give job_ids, user or state (cancelling every job takes "
+                                 "an explicit filter)")
+            return HTTPStatus.OK, backend.cancel_jobs(ids, user, state)
+    else:
+        return HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{method}: method not allowed"}
+    return HTTPStatus.NOT_FOUND, {"error": f"{method} {path}: no such route"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request: authenticate, parse, :func:`route`, answer JSON."""
+
+    server: _Server
+    protocol_version = "HTTP/1.1"
+    timeout = SOCKET_TIMEOUT_S
+    server_version = "coalloc"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        log.debug("api %s: " + format, self.address_string(), *args)
+
+    def _send(self, status: int, doc: Any) -> None:
+        data = json.dumps(strict_json(doc), allow_nan=False, default=str).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        if status == HTTPStatus.UNAUTHORIZED:
+            self.send_header("WWW-Authenticate", 'Bearer realm="coalloc"')
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorized(self, query: Mapping[str, list[str]]) -> bool:
+        header = self.headers.get("Authorization", "")
+        given = header[7:].strip() if header[:7].lower() == "bearer " else None
+        if given is None and query.get("token"):
+            given = query["token"][-1]
+        expected = self.server.token
+        return given is not None and hmac.compare_digest(
+            given.encode("utf-8", "surrogateescape"), expected.encode("utf-8")
+        )
+
+    def _serve(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        if not self._authorized(query):
+            self._drain()
+            self._send(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong API token"})
+            return
+        try:
+            body = self._body() if method == "POST" else None
+            status, doc = route(self.server.backend, method, url.path, query, body)
+        except _TooLarge as exc:
+            self.close_connection = True
+            status, doc = HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": str(exc)}
+        except (BadRequest, UserError) as exc:
+            status, doc = HTTPStatus.BAD_REQUEST, {"error": _one_line(str(exc))}
+        except Exception as exc:  # noqa: BLE001 - answered and logged; the server goes on
+            log.exception("api %s %s failed", method, url.path)
+            status, doc = HTTPStatus.INTERNAL_SERVER_ERROR, {
+                "error": f"internal error in the global manager: {type(exc).__name__}"}
+        self._send(status, doc)
+
+    def _length(self) -> int:
+        text = self.headers.get("Content-Length")
+        if text is None:
+            return 0
+        try:
+            n = int(text)
+        except ValueError:
+            raise BadRequest("Content-Length: not a number") from None
+        if n < 0:
+            raise BadRequest("Content-Length: negative")
+        return n
+
+    def _drain(self) -> None:
+        """Read (and drop) a refused request's body, so the connection stays usable."""
+        try:
+            n = self._length()
+        except BadRequest:
+            self.close_connection = True
+            return
+        if n > MAX_BODY_BYTES:
+            self.close_connection = True
+        elif n:
+            self.rfile.read(n)
+
+    def _body(self) -> Any:
+        n = self._length()
+        if n > MAX_BODY_BYTES:
+            raise _TooLarge(f"body: {n} bytes, more than the {MAX_BODY_BYTES} byte limit")
+        raw = self.rfile.read(n) if n else b""
+        if not raw:
+            raise BadRequest("body: empty (expected a JSON object)")
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise BadRequest(f"body: not JSON ({_one_line(str(exc))})") from None
+
+    def do_GET(self) -> None:  # noqa: N802 - the base class's naming
+        self._serve("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._serve("POST")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._serve("PUT")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._serve("DELETE")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    backend: ApiBackend
+    token: str
+
+
+class ApiServer:
+    """The API on ``host:port`` in a daemon thread, serving ``backend`` to requests that
+    carry ``token``. ``port`` 0 binds an ephemeral port (:attr:`port` says which).
+    Raises OSError when the address cannot be bound."""
+
+    def __init__(self, backend: ApiBackend, host: str, port: int, token: str) -> None:
+        if not token:
+            raise ValueError("token: must not be empty")
+        self._server = _Server((host, port), _Handler)
+        self._server.backend = backend
+        self._server.token = token
+        self.host = host
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+            name="coalloc-api", daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def close(self) -> None:
+        """Stop serving and close the listening socket."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5.0)
