@@ -169,24 +169,40 @@ class ControllerCore:
 
     def ingest(self, report: ProgressReport) -> bool:
         """Apply one progress report; False if it is for an unknown job or subtask."""
-        job = self.jobs.get(report.job_id)
-        if job is None or not 0 <= report.subtask < len(job.subtasks):
+        return self.ingest_progress(
+            report.job_id, report.subtask, report.real_time, report.virtual_time,
+            report.expected_work, report.granted_work, report.available_work, report.done,
+        )
+
+    def ingest_progress(
+        self,
+        job_id: str,
+        subtask: int,
+        real_time: float,
+        virtual_time: float,
+        expected_work: float,
+        granted_work: float,
+        available_work: float,
+        done: bool,
+    ) -> bool:
+        """:meth:`ingest` of a report given by its fields (the simulator's path, without
+        building the record): times in s, work in Mcycles."""
+        job = self.jobs.get(job_id)
+        if job is None or not 0 <= subtask < len(job.subtasks):
             return False
-        st = job.subtasks[report.subtask]
+        st = job.subtasks[subtask]
         if st.done:
             return True
-        st.virtual_time = report.virtual_time
-        if report.expected_work > 0:
-            st.clock_rate = report.granted_work / report.expected_work
-            st.capability = (
-                report.available_work / report.expected_work if report.available_work > 0 else None
-            )
+        st.virtual_time = virtual_time
+        if expected_work > 0:
+            st.clock_rate = granted_work / expected_work
+            st.capability = available_work / expected_work if available_work > 0 else None
         else:
             st.clock_rate = 0.0
             st.capability = None
-        if report.done:
+        if done:
             st.done = True
-            job.tracker.finished(report.real_time)
+            job.tracker.finished(real_time)
             if job.tracker.completed:
                 self._close(job)
         return True

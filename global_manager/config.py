@@ -56,8 +56,9 @@ class SimConfig:
     ``queue_weights``: CPU weights of the local, QoS and best-effort queues;
     ``work_conserving``: pass unused queue shares on; ``max_time``: stop the run there (s,
     ``None`` = when every admitted job has finished); ``log_every``: period records every
-    that many periods (and whenever a window fires); ``fast_forward``: a simulator option
-    (the live runtime steps every cycle); ``queue``: :class:`QueueMode`."""
+    that many periods (and whenever a window fires); ``fast_forward`` and
+    ``step_every_cycle``: simulator options (the live runtime steps every cycle);
+    ``queue``: :class:`QueueMode`."""
 
     cycle: _Positive = 30.0
     control_every: _Count = 1
@@ -70,9 +71,17 @@ class SimConfig:
     work_conserving: bool = True
     max_time: float | None = None
     log_every: _Count = 1
-    #: Replay whole quiet stretches of the grid in one go: the same work and clock
-    #: arithmetic as stepping, so the same decisions; off = step every cycle.
-    fast_forward: bool = True
+    #: Replay whole quiet stretches of the grid in one go. The nodes' work and clocks
+    #: are booked cycle by cycle as stepping does, but the controller sees each clock
+    #: move at its last rate (one multiplication instead of a sum per cycle), so phase
+    #: differences differ from stepping in the last bits (about 1e-13 relative); off
+    #: (the default) the output is byte-identical to ``step_every_cycle``.
+    fast_forward: bool = False
+    #: The reference mode: every node and the controller through their public cycle
+    #: (``LocalScheduler.step``, progress report records, ``ControllerCore.ingest``), as
+    #: the live runtime drives them; off, the simulator takes the schedulers' lean path
+    #: (the same arithmetic in the same order; :meth:`LocalScheduler.step_lean`).
+    step_every_cycle: bool = False
     #: ``reject`` (the paper) or ``wait`` (the pending queue); a string is accepted.
     queue: QueueMode = QueueMode.REJECT
 
