@@ -191,12 +191,15 @@ class _LastCycle:
 class _Entry:
     """A placed subtask with its virtual clock (mutable, owned by the scheduler)."""
 
-    __slots__ = ("subtask", "clock", "queue")
+    __slots__ = ("subtask", "clock", "queue", "key", "cpu_only")
 
     def __init__(self, subtask: Subtask, start: float) -> None:
         self.subtask = subtask
         self.clock = VirtualClock(start)
         self.queue = queue_of(subtask.qos)
+        # Fixed for the entry's life (the hot loops read them every cycle).
+        self.key = subtask.key
+        self.cpu_only = subtask.demand.is_cpu_only
 
 
 class LocalScheduler:
@@ -254,7 +257,9 @@ class LocalScheduler:
         return entry
 
     def _running(self, queue: QueueName) -> int:
-        return sum(1 for e in self._entries.values() if e.queue is queue and not e.subtask.finished)
+        return sum(
+            1 for e in self._entries.values() if e.queue is queue and e.subtask.finish_time is None
+        )
 
     def _start_waiting(self, start: float) -> None:
         """Fill the free slots of capped queues from their waiting lines; the clocks of
@@ -362,14 +367,20 @@ class LocalScheduler:
 
     def __len__(self) -> int:
         """Subtasks on the node, running or waiting."""
-        return len(self._entries) + self.waiting
+        w = self._waiting
+        return (
+            len(self._entries)
+            + len(w[QueueName.LOCAL])
+            + len(w[QueueName.QOS])
+            + len(w[QueueName.BEST_EFFORT])
+        )
 
     def skip_to(self, real_time: float) -> None:
         """Move every running subtask's clocks to ``real_time`` (s) without CPU: the node
         did not run its subtasks in between (its manager was stalled), so no work is
         booked and each virtual clock stays where it was (eq. 4 with ``x-bar = 0``)."""
         for e in self._entries.values():
-            if not e.subtask.finished and real_time > e.clock.previous_real_time:
+            if e.subtask.finish_time is None and real_time > e.clock.previous_real_time:
                 e.clock.advance(real_time, 1.0, 0.0)
         self._last = None
 
@@ -478,7 +489,7 @@ class LocalScheduler:
         capacity = node.cpu_rate * cycle
         full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle  # one core, full speed
         self._start_waiting(real_time - cycle)
-        entries = [e for e in self._entries.values() if not e.subtask.finished]
+        entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
         by_queue: dict[QueueName, list[_Entry]] = {q: [] for q in _QUEUES}
         # CPU each entry could use this cycle (Mcycles): its cores at full speed, capped
         # by the work it has left.
@@ -496,17 +507,17 @@ class LocalScheduler:
             c = left if left < per else per
             if paced:
                 if s.rate_cap > 0:
-                    uncapped[s.key] = c
+                    uncapped[e.key] = c
                 if s.rate_cap > 0 and s.rate_cap * cycle < c:
                     released += c - s.rate_cap * cycle
                     c = s.rate_cap * cycle
             elif s.virtual_weight > 0 and e.queue is QueueName.QOS:
                 n_virtual += 1
-            cap[s.key] = c
+            cap[e.key] = c
 
         queue_demand: list[float] = []
         for q in _QUEUES:
-            d = sum(cap[e.subtask.key] for e in by_queue[q])
+            d = sum(cap[e.key] for e in by_queue[q])
             if q is QueueName.QOS:
                 # A virtual subtask may hold the whole node (a weight holder, not a
                 # process): were it capped at one core, on a node whose QoS share is more
@@ -627,8 +638,8 @@ class LocalScheduler:
         for e in members:
             s = e.subtask
             weights.append(s.weight if s.weight > 1e-9 else 1e-9)
-            demands.append(cap[s.key])
-            if not multi and not s.demand.is_cpu_only:
+            demands.append(cap[e.key])
+            if not multi and not e.cpu_only:
                 multi = True
         n_real = len(members)
         if queue is QueueName.QOS:
@@ -643,7 +654,7 @@ class LocalScheduler:
         else:
             alloc = water_fill(queue_cpu, demands, weights)
         for i in range(n_real):
-            granted[members[i].subtask.key] = alloc[i]
+            granted[members[i].key] = alloc[i]
         return float(sum(alloc[n_real:]))
 
     def _drf_share(
@@ -698,14 +709,14 @@ class LocalScheduler:
         entries), by their weights; returns what was given."""
         if not members:
             return 0.0
-        unmet = [max(0.0, cap[e.subtask.key] - granted.get(e.subtask.key, 0.0)) for e in members]
+        unmet = [max(0.0, cap[e.key] - granted.get(e.key, 0.0)) for e in members]
         total = sum(unmet)
         if total <= 0:
             return 0.0
         weights = [max(e.subtask.weight, 1e-9) for e in members]
         extra = water_fill(min(spare, total), unmet, weights)
         for e, x in zip(members, extra):
-            granted[e.subtask.key] = granted.get(e.subtask.key, 0.0) + x
+            granted[e.key] = granted.get(e.key, 0.0) + x
         return float(sum(extra))
 
     def _lend_to_queues(
@@ -720,7 +731,7 @@ class LocalScheduler:
         (water filling, each capped by its unmet demand); returns what was lent."""
         targets = (QueueName.BEST_EFFORT, QueueName.LOCAL)
         unmet = [
-            sum(max(0.0, cap[e.subtask.key] - granted.get(e.subtask.key, 0.0)) for e in by_queue[q])
+            sum(max(0.0, cap[e.key] - granted.get(e.key, 0.0)) for e in by_queue[q])
             for q in targets
         ]
         if sum(unmet) <= 0:
@@ -750,7 +761,7 @@ class LocalScheduler:
         bound = math.inf
         for e in self._entries.values():
             s = e.subtask
-            g = last.granted.get(s.key, 0.0)
+            g = last.granted.get(e.key, 0.0)
             if g <= 0:
                 continue
             cores = s.demand.cpu if s.demand is not None else 1.0
@@ -778,7 +789,7 @@ class LocalScheduler:
         """Book ``cycles`` cycles with the last cycle's split (the caller checked it holds)."""
         last = self._last
         assert last is not None
-        entries = [e for e in self._entries.values() if not e.subtask.finished]
+        entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
         return self._account(
             real_time,
             cycle,
