@@ -176,6 +176,8 @@ class LeanCycle:
     finished: list[tuple[str, int]]
     rows: list[BookedRow]
     virtual_idle: float = 0.0
+    #: :meth:`LocalScheduler._book`'s ``quiet_bound`` answer (-1: not asked).
+    quiet: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +228,8 @@ class LocalScheduler:
         self._last: _LastCycle | None = None
         # (the _LastCycle it is about, cycles it is still known to replay): _can_replay.
         self._quiet_known: tuple[_LastCycle, int] | None = None
+        # (a _LastCycle, quiet_cycles(cycle, 0) for it), found while booking it.
+        self._quiet_next: tuple[_LastCycle, int] | None = None
 
     # ----------------------------------------------------------------- membership
     def add(self, subtask: Subtask, now: float) -> None:
@@ -444,14 +448,16 @@ class LocalScheduler:
         entries, granted, queue_cpu, virtual_idle, lent, capacity, available = (
             self._fresh_split(real_time, cycle)
         )
-        out = self._book(real_time, cycle, entries, granted, available, None)
+        out = self._book(real_time, cycle, entries, granted, available, None, quiet_bound=True)
         self._seq += len(out.qos_granted)
         out.virtual_idle = virtual_idle * 1.0
-        self._last = (
-            None
-            if out.finished
-            else _LastCycle(cycle, granted, queue_cpu, virtual_idle, lent, available)
-        )
+        if out.finished:
+            self._last = None
+        else:
+            self._last = _LastCycle(cycle, granted, queue_cpu, virtual_idle, lent, available)
+            # quiet_cycles(cycle, 0) of the next cycle, already known (nothing changes the
+            # state it reads but what also drops _last: add, remove, re-weight).
+            self._quiet_next = (self._last, out.quiet)
         return out
 
     def _can_replay(self, cycle: float) -> bool:
@@ -466,7 +472,9 @@ class LocalScheduler:
         if known is not None and known[0] is last and known[1] >= 1:
             self._quiet_known = (last, known[1] - 1)
             return True
-        k = self.quiet_cycles(cycle, 0)
+        ahead = self._quiet_next
+        self._quiet_next = None  # true only for the cycle right after the booking
+        k = ahead[1] if ahead is not None and ahead[0] is last else self.quiet_cycles(cycle, 0)
         if k < 1:
             return False
         # After this cycle k - 1 more are quiet; the work done moves each bound by one
@@ -837,6 +845,7 @@ class LocalScheduler:
         available: Mapping[tuple[str, int], float] | None,
         measured: Mapping[tuple[str, int], float] | None,
         repeat: int = 1,
+        quiet_bound: bool = False,
     ) -> LeanCycle:
         """The one booking loop of every cycle (:meth:`step`, :meth:`step_lean`,
         :meth:`fast_forward`): book ``repeat`` identical cycles of ``cycle`` s whose
@@ -844,8 +853,13 @@ class LocalScheduler:
         done, eq. (4) on each virtual clock, finishes. ``available``: per capped subtask,
         the Mcycles per cycle it could have had without its cap (reported as
         ``available_work``; the others report their grant). ``measured``: work a process
-        really did (replaces the grant in the work done and the clock)."""
+        really did (replaces the grant in the work done and the clock). ``quiet_bound``
+        (one cycle, no ``measured``): also find what :meth:`quiet_cycles` ``(cycle, 0)``
+        will answer next cycle if ``granted`` becomes the last split (the same
+        arithmetic on the same figures, while the loop has them at hand)."""
         m = float(repeat)
+        bound = math.inf
+        node = self.node
         used = 0.0
         rows: list[BookedRow] = []
         qos_granted: list[float] = []
@@ -875,6 +889,13 @@ class LocalScheduler:
                 else:
                     tv = clock.advance(real_time, 0, 0)
                 done = left - w <= WORK_EPSILON
+                if quiet_bound and g > 0:
+                    cores = s.demand.cpu if s.demand is not None else 1.0
+                    floor = max(
+                        min(cores, node.cores) * node.speed_mhz * cycle, s.expected_rate * cycle
+                    )
+                    remaining = s.work - s.done_work
+                    bound = min(bound, ((remaining if remaining > 0.0 else 0.0) - floor) / g)
             else:
                 x, g, left, tv = self._repeat(e, per, granted.get(key, 0.0), cycle, repeat)
                 w = g
@@ -890,7 +911,12 @@ class LocalScheduler:
                 if available is not None and key in available:
                     a = available[key] * m
             rows.append((e.queue, s.job_id, s.index, x, g, w, tv, done, a))
-        return LeanCycle(used, qos_granted, finished, rows)
+        out = LeanCycle(used, qos_granted, finished, rows)
+        if quiet_bound:
+            out.quiet = (
+                1 << 30 if bound == math.inf else (int(bound) + 1 if bound >= 0 else 0)
+            )
+        return out
 
     def _account(
         self,
