@@ -7,6 +7,17 @@ every ``control_every`` cycles run a control period whose re-weight commands go 
 the local schedulers. When the grid is empty the clock jumps to the cycle boundary at or
 after the next arrival. One seeded RNG per run; the same inputs give the same bytes out.
 
+Two ways through a cycle give the same bytes: the reference
+(``SimConfig.step_every_cycle``) drives every node and the controller through their
+public per-cycle path (:meth:`LocalScheduler.step`, progress report records,
+:meth:`ControllerCore.ingest`) as the live runtime does; the default takes the
+schedulers' lean path (:meth:`LocalScheduler.step_lean`: the same booking loop, its
+figures handed to :meth:`ControllerCore.ingest_progress` without records). Each node
+replays its last split while nothing that decides it changed (a countdown, not a test
+every cycle). ``SimConfig.fast_forward`` (off by default) also replays whole quiet
+stretches of the grid, with the controller's clocks extrapolated at their last rates:
+phase differences then differ from stepping in the last bits.
+
 With ``SimConfig.queue == "wait"`` strict jobs that do not fit wait in the global
 manager's pending queue; each step, after the arrivals, one placement cycle
 (:meth:`GlobalManagerCore.place_pending`) places what fits and expires what waited past
