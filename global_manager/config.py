@@ -71,12 +71,11 @@ class SimConfig:
     work_conserving: bool = True
     max_time: float | None = None
     log_every: _Count = 1
-    #: Replay whole quiet stretches of the grid in one go. The nodes' work and clocks
-    #: are booked cycle by cycle as stepping does, but the controller sees each clock
-    #: move at its last rate (one multiplication instead of a sum per cycle), so phase
-    #: differences differ from stepping in the last bits (about 1e-13 relative); off
-    #: (the default) the output is byte-identical to ``step_every_cycle``.
-    fast_forward: bool = False
+    #: Replay whole quiet stretches of the grid in one go (no arrival, finish, expiry,
+    #: re-weighting or window firing): every clock summed cycle by cycle as stepping
+    #: sums it, each control period checked on those clocks, so the same bytes out; off
+    #: = step every cycle.
+    fast_forward: bool = True
     #: The reference mode: every node and the controller through their public cycle
     #: (``LocalScheduler.step``, progress report records, ``ControllerCore.ingest``), as
     #: the live runtime drives them; off, the simulator takes the schedulers' lean path

@@ -215,21 +215,14 @@ def simulate(
                 else _quiet_span(now, q, cycles, cfg, schedulers, ctl, jobs, next_job, expiry)
             )
             if span >= 2:
-                # Nothing would change for ``span`` cycles: replay them in one go.
-                for _ in range(span):
-                    # Cycle by cycle, as stepping would: the same real times to the bit.
-                    end = clock.advance(q)
-                ctl.fast_forward_periods(now, q * cfg.control_every, span // cfg.control_every)
-                for name, sched in schedulers.items():
-                    if len(sched):
-                        res = sched.fast_forward(span, q, end)
-                        used[name] += res.used
-                        used_qos += _qos_used(res)
-                        virtual_idle += res.virtual_idle
-                        for rep in res.reports:
-                            ctl.ingest(rep)
-                cycles += span
-                continue
+                # Nothing would change for ``span`` cycles: replay what stays quiet.
+                replayed, used_qos, virtual_idle = _replay_stretch(
+                    now, q, span, cfg.control_every, schedulers, ctl, clock, used, used_qos,
+                    virtual_idle,
+                )
+                if replayed:
+                    cycles += replayed
+                    continue
             end = clock.advance(q)
             cycles += 1
             if not stepping:
@@ -305,6 +298,60 @@ def simulate(
 def _qos_used(res: CycleResult) -> float:
     """CPU (Mcycles) the grid QoS subtasks of one node used in a cycle result."""
     return math.fsum(g.granted_work for g in res.grants if g.queue is QueueName.QOS)
+
+
+def _replay_stretch(
+    now: float,
+    q: float,
+    span: int,
+    control_every: int,
+    schedulers: dict[str, LocalScheduler],
+    ctl: ControllerCore,
+    clock: ManualClock,
+    used: dict[str, float],
+    used_qos: float,
+    virtual_idle: float,
+) -> tuple[int, float, float]:
+    """Replay up to ``span`` quiet cycles from ``now`` (s) in one go, with stepping's
+    bytes: every node's clocks are summed cycle by cycle (previewed, then booked by
+    :meth:`LocalScheduler.fast_forward` with the same arithmetic), the controller checks
+    each period on those exact clocks (:meth:`ControllerCore.stretch_quiet_periods`) and
+    the stretch ends before the first period that would decide something; the
+    utilisation sums are added cycle by cycle, node by node, as stepping adds them.
+    Returns the cycles replayed (0: none, step) and the new QoS-used and virtual-idle
+    sums (Mcycles)."""
+    times: list[float] = []
+    t = now
+    for _ in range(span):
+        t += float(q)  # ManualClock.advance's sum
+        times.append(t)
+    busy = [(name, sched) for name, sched in schedulers.items() if len(sched)]
+    previews: dict[tuple[str, int], tuple[list[float], list[float], float, float]] = {}
+    for _, sched in busy:
+        previews.update(sched.preview_qos_clocks(times))
+    ce = control_every
+    clocks = {key: p[0][ce - 1::ce] for key, p in previews.items()}
+    periods = ctl.stretch_quiet_periods(times[ce - 1::ce][: span // ce], clocks)
+    replayed = periods * ce
+    if replayed < 2:
+        return 0, used_qos, virtual_idle
+    totals = [(name, sched.last_cycle_totals()) for name, sched in busy]
+    end = now
+    for _ in range(replayed):
+        end = clock.advance(q)
+    ctl.fast_forward_stretch(times[ce - 1::ce][:periods], clocks)
+    for _, sched in busy:
+        sched.fast_forward(replayed, q, end)
+    for _ in range(replayed):
+        for name, (u, qos_used, idle) in totals:
+            used[name] += u
+            if qos_used is not None:
+                used_qos += qos_used
+            virtual_idle += idle
+    last = replayed - 1
+    for (job_id, index), (tvs, xs, g, a) in previews.items():
+        ctl.ingest_progress(job_id, index, end, tvs[last], xs[last], g, a, False)
+    return replayed, used_qos, virtual_idle
 
 
 def _quiet_span(

@@ -779,6 +779,61 @@ class LocalScheduler:
             return 1 << 30
         return max(0, int(bound) + 1 - margin) if bound >= 0 else 0
 
+    def preview_qos_clocks(
+        self, times: list[float]
+    ) -> dict[tuple[str, int], tuple[list[float], list[float], float, float]]:
+        """What replaying the last split over ``len(times)`` cycles ending at ``times``
+        (s) would report for each grid QoS subtask, without changing anything: its
+        ``T_V`` after each cycle (s), its expected work in each cycle, its grant and its
+        available work per cycle (Mcycles), with :meth:`_repeat`'s arithmetic (so
+        :meth:`fast_forward` then leaves exactly these clocks)."""
+        last = self._last
+        assert last is not None
+        out: dict[tuple[str, int], tuple[list[float], list[float], float, float]] = {}
+        qos = QueueName.QOS
+        for e in self._entries.values():
+            s = e.subtask
+            if e.queue is not qos or s.finish_time is not None:
+                continue
+            g = last.granted.get(e.key, 0.0)
+            per = s.expected_rate * last.cycle
+            done = s.done_work
+            vt = e.clock.virtual_time
+            prev = e.clock.previous_real_time
+            tvs: list[float] = []
+            xs: list[float] = []
+            for t in times:
+                left = s.work - done
+                x = per if per < left else left
+                done += g
+                if x > 0:
+                    vt += (g / x) * (t - prev)
+                prev = t
+                tvs.append(vt)
+                xs.append(x)
+            a = g
+            if last.available is not None and e.key in last.available:
+                a = last.available[e.key]
+            out[e.key] = (tvs, xs, g, a)
+        return out
+
+    def last_cycle_totals(self) -> tuple[float, float | None, float]:
+        """One replayed cycle's totals as :meth:`step_lean` books them: CPU used (the
+        grants summed in entry order), the grid QoS grants' ``fsum`` (``None``: no QoS
+        entry) and what virtual subtasks held idle, Mcycles."""
+        last = self._last
+        assert last is not None
+        used = 0.0
+        qos: list[float] = []
+        for e in self._entries.values():
+            if e.subtask.finish_time is not None:
+                continue
+            g = last.granted.get(e.key, 0.0)
+            used += g
+            if e.queue is QueueName.QOS:
+                qos.append(g)
+        return used, (math.fsum(qos) if qos else None), last.virtual_idle * 1.0
+
     def fast_forward(self, cycles: int, cycle: float, real_time: float) -> CycleResult:
         """Replay the last cycle ``cycles`` times at once, ending at ``real_time`` (s).
 
@@ -789,7 +844,7 @@ class LocalScheduler:
         if self._last is None or cycles < 1 or cycles > self.quiet_cycles(cycle):
             raise ValueError(f"fast_forward: {cycles} cycles cannot be replayed exactly")
         result = self._replay(cycles, cycle, real_time)
-        self._quiet_known = None  # the countdown counted single cycles
+        self._quiet_known = self._quiet_next = None  # both counted from single cycles
         assert not result.finished, "fast_forward went past a subtask's finish"
         return result
 
