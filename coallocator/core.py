@@ -14,7 +14,7 @@ gives back come out of it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from coallocator.controller import (
@@ -53,13 +53,14 @@ class _SubtaskTrack:
     capability: float | None = None
     done: bool = False
 
-    def state(self, ahead: float = 0.0) -> SubtaskState:
+    def state(self, ahead: float = 0.0, virtual_time: float | None = None) -> SubtaskState:
         """The controller's view of this subtask, its clock moved ``ahead`` s at its last
-        rate (0: as last reported)."""
+        rate (0: as last reported); ``virtual_time``: as if that had been reported."""
+        tv = self.virtual_time if virtual_time is None else virtual_time
         return SubtaskState(
             self.index,
             self.node,
-            self.virtual_time + self.clock_rate * ahead,
+            tv + self.clock_rate * ahead,
             self.admitted_weight,
             self.weight,
             self.virtual_weight,
@@ -169,24 +170,40 @@ class ControllerCore:
 
     def ingest(self, report: ProgressReport) -> bool:
         """Apply one progress report; False if it is for an unknown job or subtask."""
-        job = self.jobs.get(report.job_id)
-        if job is None or not 0 <= report.subtask < len(job.subtasks):
+        return self.ingest_progress(
+            report.job_id, report.subtask, report.real_time, report.virtual_time,
+            report.expected_work, report.granted_work, report.available_work, report.done,
+        )
+
+    def ingest_progress(
+        self,
+        job_id: str,
+        subtask: int,
+        real_time: float,
+        virtual_time: float,
+        expected_work: float,
+        granted_work: float,
+        available_work: float,
+        done: bool,
+    ) -> bool:
+        """:meth:`ingest` of a report given by its fields (the simulator's path, without
+        building the record): times in s, work in Mcycles."""
+        job = self.jobs.get(job_id)
+        if job is None or not 0 <= subtask < len(job.subtasks):
             return False
-        st = job.subtasks[report.subtask]
+        st = job.subtasks[subtask]
         if st.done:
             return True
-        st.virtual_time = report.virtual_time
-        if report.expected_work > 0:
-            st.clock_rate = report.granted_work / report.expected_work
-            st.capability = (
-                report.available_work / report.expected_work if report.available_work > 0 else None
-            )
+        st.virtual_time = virtual_time
+        if expected_work > 0:
+            st.clock_rate = granted_work / expected_work
+            st.capability = available_work / expected_work if available_work > 0 else None
         else:
             st.clock_rate = 0.0
             st.capability = None
-        if report.done:
+        if done:
             st.done = True
-            job.tracker.finished(report.real_time)
+            job.tracker.finished(real_time)
             if job.tracker.completed:
                 self._close(job)
         return True
@@ -424,6 +441,83 @@ class ControllerCore:
                 job.last_phase, job.last_mean, job.last_window = phi, mean, "none"
                 if self.sink and job.qos is QosClass.STRICT and k % self.log_every == 0:
                     self._log_uncontrolled(job, k, now + dt, clock_offset, clock_quality)
+
+    def stretch_quiet_periods(
+        self,
+        times: Sequence[float],
+        clocks: Mapping[tuple[str, int], Sequence[float]],
+    ) -> int:
+        """How many of the next control periods, at real times ``times`` (s), would decide
+        nothing, when at period ``p`` every running subtask's ``T_V`` is
+        ``clocks[(job, index)][p]`` (s, what its node will report then, summed cycle by
+        cycle as stepping does) and its rates stay those last reported. The exact test
+        behind :meth:`fast_forward_stretch` (no extrapolated clock)."""
+        if not self.enabled:
+            return len(times)
+        jobs = []
+        for j in self.jobs.values():
+            running = [s for s in j.subtasks if not s.done]
+            if len(running) == 1 and (
+                running[0].weight != running[0].admitted_weight
+                or running[0].virtual_weight != 0.0
+                or running[0].rate_cap != 0.0
+            ):
+                return 0  # a lone subtask still to be restored: a command is due
+            if j.qos is QosClass.STRICT and len(running) >= 2:
+                jobs.append((j, running))
+        if not jobs:
+            return len(times)
+        pace = self.config.mode is ControlMode.PACE
+        slack = self.node_slack() if pace else {}
+        for p, t_r in enumerate(times):
+            if pace:
+                states = tuple(
+                    JobState(
+                        j.job_id, j.overall_deviation, j.asynchrony,
+                        tuple(s.state(virtual_time=clocks[(j.job_id, s.index)][p])
+                              for s in running),
+                    )
+                    for j, running in jobs
+                )
+                reply = control(
+                    ControlRequest(t_r, states, slack, self.period_length or 0.0), self.config
+                )
+                if any(d.changes or d.window is not Window.NONE for d in reply.decisions):
+                    return p
+                continue
+            for j, running in jobs:
+                tvs = [clocks[(j.job_id, s.index)][p] for s in running]
+                window = window_of(sum(tvs) / len(tvs), phase_difference(tvs), t_r,
+                                   j.overall_deviation, j.asynchrony, self.config.ahead)
+                if window is not Window.NONE:
+                    return p
+        return len(times)
+
+    def fast_forward_stretch(
+        self,
+        times: Sequence[float],
+        clocks: Mapping[tuple[str, int], Sequence[float]],
+        clock_offset: float | None = None,
+        clock_quality: str | None = None,
+    ) -> None:
+        """Book the control periods at real times ``times`` (s) that
+        :meth:`stretch_quiet_periods` found quiet: phase differences observed and logged
+        from ``clocks`` (as there), exactly as :meth:`control_period` would with no
+        decision. Call it before ingesting the reports that close the stretch."""
+        for p, t_r in enumerate(times):
+            self.period += 1
+            k = self.period
+            for job in self.jobs.values():
+                running = [s for s in job.subtasks if not s.done]
+                if len(running) < 2:
+                    continue
+                tvs = [clocks[(job.job_id, s.index)][p] for s in running]
+                phi = phase_difference(tvs)
+                mean = sum(tvs) / len(tvs)
+                job.tracker.observe(phi, mean - t_r)
+                job.last_phase, job.last_mean, job.last_window = phi, mean, "none"
+                if self.sink and job.qos is QosClass.STRICT and k % self.log_every == 0:
+                    self._log_uncontrolled(job, k, t_r, clock_offset, clock_quality)
 
     # ------------------------------------------------------------------- status
     def view(self, job_id: str) -> JobClockView | None:

@@ -56,8 +56,9 @@ class SimConfig:
     ``queue_weights``: CPU weights of the local, QoS and best-effort queues;
     ``work_conserving``: pass unused queue shares on; ``max_time``: stop the run there (s,
     ``None`` = when every admitted job has finished); ``log_every``: period records every
-    that many periods (and whenever a window fires); ``fast_forward``: a simulator option
-    (the live runtime steps every cycle); ``queue``: :class:`QueueMode`."""
+    that many periods (and whenever a window fires); ``fast_forward`` and
+    ``step_every_cycle``: simulator options (the live runtime steps every cycle);
+    ``queue``: :class:`QueueMode`."""
 
     cycle: _Positive = 30.0
     control_every: _Count = 1
@@ -70,9 +71,16 @@ class SimConfig:
     work_conserving: bool = True
     max_time: float | None = None
     log_every: _Count = 1
-    #: Replay whole quiet stretches of the grid in one go: the same work and clock
-    #: arithmetic as stepping, so the same decisions; off = step every cycle.
+    #: Replay whole quiet stretches of the grid in one go (no arrival, finish, expiry,
+    #: re-weighting or window firing): every clock summed cycle by cycle as stepping
+    #: sums it, each control period checked on those clocks, so the same bytes out; off
+    #: = step every cycle.
     fast_forward: bool = True
+    #: The reference mode: every node and the controller through their public cycle
+    #: (``LocalScheduler.step``, progress report records, ``ControllerCore.ingest``), as
+    #: the live runtime drives them; off, the simulator takes the schedulers' lean path
+    #: (the same arithmetic in the same order; :meth:`LocalScheduler.step_lean`).
+    step_every_cycle: bool = False
     #: ``reject`` (the paper) or ``wait`` (the pending queue); a string is accepted.
     queue: QueueMode = QueueMode.REJECT
 

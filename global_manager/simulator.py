@@ -7,6 +7,17 @@ every ``control_every`` cycles run a control period whose re-weight commands go 
 the local schedulers. When the grid is empty the clock jumps to the cycle boundary at or
 after the next arrival. One seeded RNG per run; the same inputs give the same bytes out.
 
+Two ways through a cycle give the same bytes: the reference
+(``SimConfig.step_every_cycle``) drives every node and the controller through their
+public per-cycle path (:meth:`LocalScheduler.step`, progress report records,
+:meth:`ControllerCore.ingest`) as the live runtime does; the default takes the
+schedulers' lean path (:meth:`LocalScheduler.step_lean`: the same booking loop, its
+figures handed to :meth:`ControllerCore.ingest_progress` without records). Each node
+replays its last split while nothing that decides it changed (a countdown, not a test
+every cycle). ``SimConfig.fast_forward`` (on by default) also replays whole quiet
+stretches of the grid (:func:`_replay_stretch`): the clocks summed cycle by cycle and
+every control period checked on them, so the bytes stay stepping's.
+
 With ``SimConfig.queue == "wait"`` strict jobs that do not fit wait in the global
 manager's pending queue; each step, after the arrivals, one placement cycle
 (:meth:`GlobalManagerCore.place_pending`) places what fits and expires what waited past
@@ -111,6 +122,8 @@ class RunResult:
 
 ProgressFn = Callable[[float], None]
 
+_QOS = QueueName.QOS
+
 
 def simulate(
     workload: Workload,
@@ -166,6 +179,8 @@ def simulate(
     cycles = 0
     q = cfg.cycle
     active = 0  # subtasks placed and not finished
+    stepping = cfg.step_every_cycle
+    ingest = ctl.ingest_progress
     try:
         while True:
             now = clock.now()
@@ -200,25 +215,45 @@ def simulate(
                 continue
             if cfg.max_time is not None and now >= cfg.max_time:
                 break
-            span = _quiet_span(now, q, cycles, cfg, schedulers, ctl, jobs, next_job, expiry)
+            span = (
+                0 if stepping
+                else _quiet_span(now, q, cycles, cfg, schedulers, ctl, jobs, next_job, expiry)
+            )
             if span >= 2:
-                # Nothing would change for ``span`` cycles: replay them in one go.
-                for _ in range(span):
-                    # Cycle by cycle, as stepping would: the same real times to the bit.
-                    end = clock.advance(q)
-                ctl.fast_forward_periods(now, q * cfg.control_every, span // cfg.control_every)
-                for name, sched in schedulers.items():
-                    if len(sched):
-                        res = sched.fast_forward(span, q, end)
-                        used[name] += res.used
-                        used_qos += _qos_used(res)
-                        virtual_idle += res.virtual_idle
-                        for rep in res.reports:
-                            ctl.ingest(rep)
-                cycles += span
-                continue
+                # Nothing would change for ``span`` cycles: replay what stays quiet.
+                replayed, used_qos, virtual_idle = _replay_stretch(
+                    now, q, span, cfg.control_every, schedulers, ctl, clock, used, used_qos,
+                    virtual_idle,
+                )
+                if replayed:
+                    cycles += replayed
+                    continue
             end = clock.advance(q)
             cycles += 1
+            if not stepping:
+                # The same cycle as below through the schedulers' lean path: the same
+                # arithmetic in the same order, without the grant and report records.
+                for name, sched in schedulers.items():
+                    if not len(sched):
+                        continue
+                    lean = sched.step_lean(end, q)
+                    used[name] += lean.used
+                    if lean.qos_granted:
+                        used_qos += math.fsum(lean.qos_granted)
+                    virtual_idle += lean.virtual_idle
+                    for queue, job_id, index, x, _g, w, tv, done, a in lean.rows:
+                        if queue is _QOS:
+                            ingest(job_id, index, end, tv, x, w, a, done)
+                    for key in lean.finished:
+                        sched.remove(key)
+                        active -= 1
+                        if gm.subtask_finished(*key):
+                            results[key[0]].completed_at = end
+                if cycles % cfg.control_every == 0:
+                    control_cycle(
+                        ctl, end, lambda cmd: apply_commands(schedulers[cmd.node], (cmd,))
+                    )
+                continue
             for name, sched in schedulers.items():
                 # Commands were applied when they were sent (an in-memory channel).
                 stepped, _ = node_cycle(sched, (), end, q)
@@ -268,6 +303,60 @@ def simulate(
 def _qos_used(res: CycleResult) -> float:
     """CPU (Mcycles) the grid QoS subtasks of one node used in a cycle result."""
     return math.fsum(g.granted_work for g in res.grants if g.queue is QueueName.QOS)
+
+
+def _replay_stretch(
+    now: float,
+    q: float,
+    span: int,
+    control_every: int,
+    schedulers: dict[str, LocalScheduler],
+    ctl: ControllerCore,
+    clock: ManualClock,
+    used: dict[str, float],
+    used_qos: float,
+    virtual_idle: float,
+) -> tuple[int, float, float]:
+    """Replay up to ``span`` quiet cycles from ``now`` (s) in one go, with stepping's
+    bytes: every node's clocks are summed cycle by cycle (previewed, then booked by
+    :meth:`LocalScheduler.fast_forward` with the same arithmetic), the controller checks
+    each period on those exact clocks (:meth:`ControllerCore.stretch_quiet_periods`) and
+    the stretch ends before the first period that would decide something; the
+    utilisation sums are added cycle by cycle, node by node, as stepping adds them.
+    Returns the cycles replayed (0: none, step) and the new QoS-used and virtual-idle
+    sums (Mcycles)."""
+    times: list[float] = []
+    t = now
+    for _ in range(span):
+        t += float(q)  # ManualClock.advance's sum
+        times.append(t)
+    busy = [(name, sched) for name, sched in schedulers.items() if len(sched)]
+    previews: dict[tuple[str, int], tuple[list[float], list[float], float, float]] = {}
+    for _, sched in busy:
+        previews.update(sched.preview_qos_clocks(times))
+    ce = control_every
+    clocks = {key: p[0][ce - 1::ce] for key, p in previews.items()}
+    periods = ctl.stretch_quiet_periods(times[ce - 1::ce][: span // ce], clocks)
+    replayed = periods * ce
+    if replayed < 2:
+        return 0, used_qos, virtual_idle
+    totals = [(name, sched.last_cycle_totals()) for name, sched in busy]
+    end = now
+    for _ in range(replayed):
+        end = clock.advance(q)
+    ctl.fast_forward_stretch(times[ce - 1::ce][:periods], clocks)
+    for _, sched in busy:
+        sched.fast_forward(replayed, q, end)
+    for _ in range(replayed):
+        for name, (u, qos_used, idle) in totals:
+            used[name] += u
+            if qos_used is not None:
+                used_qos += qos_used
+            virtual_idle += idle
+    last = replayed - 1
+    for (job_id, index), (tvs, xs, g, a) in previews.items():
+        ctl.ingest_progress(job_id, index, end, tvs[last], xs[last], g, a, False)
+    return replayed, used_qos, virtual_idle
 
 
 def _quiet_span(

@@ -63,6 +63,10 @@ DEFAULT_MAX_RUNNING: Mapping[QueueName, int | None] = {
 #: Work below this many Mcycles counts as done (absorbs float rounding).
 WORK_EPSILON = 1e-6
 
+#: The most cycles a quiet countdown (:meth:`LocalScheduler._can_replay`) runs before the
+#: quiet test is computed afresh (keeps its rounding margin far below one cycle).
+_COUNTDOWN_CAP = 1_000_000
+
 
 class VirtualSubtaskMode(str, Enum):
     """What happens to the CPU share a virtual subtask wins (``docs/model.md`` §3,
@@ -154,6 +158,28 @@ class CycleResult:
     capacity: float
 
 
+#: One entry's cycle as :meth:`LocalScheduler._book` booked it: (queue, job id, subtask
+#: index, expected work x, granted work, work done, T_V after the cycle (s), finished,
+#: available work for the report), work in Mcycles.
+BookedRow = tuple[QueueName, str, int, float, float, float, float, bool, float]
+
+
+@dataclass(slots=True)
+class LeanCycle:
+    """A cycle as :meth:`LocalScheduler.step_lean` returns it: ``used`` (Mcycles, the
+    sum of the grants in entry order, as :attr:`CycleResult.used`), the grants of the
+    grid QoS entries in entry order (``qos_granted``), the finished keys, one
+    :data:`BookedRow` per entry and what the virtual subtasks held idle (Mcycles)."""
+
+    used: float
+    qos_granted: list[float]
+    finished: list[tuple[str, int]]
+    rows: list[BookedRow]
+    virtual_idle: float = 0.0
+    #: :meth:`LocalScheduler._book`'s ``quiet_bound`` answer (-1: not asked).
+    quiet: int = -1
+
+
 @dataclass(frozen=True, slots=True)
 class _LastCycle:
     cycle: float
@@ -167,12 +193,15 @@ class _LastCycle:
 class _Entry:
     """A placed subtask with its virtual clock (mutable, owned by the scheduler)."""
 
-    __slots__ = ("subtask", "clock", "queue")
+    __slots__ = ("subtask", "clock", "queue", "key", "cpu_only")
 
     def __init__(self, subtask: Subtask, start: float) -> None:
         self.subtask = subtask
         self.clock = VirtualClock(start)
         self.queue = queue_of(subtask.qos)
+        # Fixed for the entry's life (the hot loops read them every cycle).
+        self.key = subtask.key
+        self.cpu_only = subtask.demand.is_cpu_only
 
 
 class LocalScheduler:
@@ -197,6 +226,10 @@ class LocalScheduler:
         # The last cycle's outcome, kept while nothing that decides the split has changed,
         # so that quiet cycles can be replayed in one go (fast_forward).
         self._last: _LastCycle | None = None
+        # (the _LastCycle it is about, cycles it is still known to replay): _can_replay.
+        self._quiet_known: tuple[_LastCycle, int] | None = None
+        # (a _LastCycle, quiet_cycles(cycle, 0) for it), found while booking it.
+        self._quiet_next: tuple[_LastCycle, int] | None = None
 
     # ----------------------------------------------------------------- membership
     def add(self, subtask: Subtask, now: float) -> None:
@@ -228,7 +261,9 @@ class LocalScheduler:
         return entry
 
     def _running(self, queue: QueueName) -> int:
-        return sum(1 for e in self._entries.values() if e.queue is queue and not e.subtask.finished)
+        return sum(
+            1 for e in self._entries.values() if e.queue is queue and e.subtask.finish_time is None
+        )
 
     def _start_waiting(self, start: float) -> None:
         """Fill the free slots of capped queues from their waiting lines; the clocks of
@@ -336,14 +371,20 @@ class LocalScheduler:
 
     def __len__(self) -> int:
         """Subtasks on the node, running or waiting."""
-        return len(self._entries) + self.waiting
+        w = self._waiting
+        return (
+            len(self._entries)
+            + len(w[QueueName.LOCAL])
+            + len(w[QueueName.QOS])
+            + len(w[QueueName.BEST_EFFORT])
+        )
 
     def skip_to(self, real_time: float) -> None:
         """Move every running subtask's clocks to ``real_time`` (s) without CPU: the node
         did not run its subtasks in between (its manager was stalled), so no work is
         booked and each virtual clock stays where it was (eq. 4 with ``x-bar = 0``)."""
         for e in self._entries.values():
-            if not e.subtask.finished and real_time > e.clock.previous_real_time:
+            if e.subtask.finish_time is None and real_time > e.clock.previous_real_time:
                 e.clock.advance(real_time, 1.0, 0.0)
         self._last = None
 
@@ -368,18 +409,95 @@ class LocalScheduler:
         """
         if not math.isfinite(cycle) or cycle <= 0:
             raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
-        node = self.node
-        capacity = node.cpu_rate * cycle
-        if self._last is not None and not measured and self.quiet_cycles(cycle, 0) >= 1:
+        if not measured and self._can_replay(cycle):
             # Nothing that decides the split has changed since the last cycle: replay it
             # (the same grants a fresh split would compute, without computing them).
             result = self._replay(1, cycle, real_time)
             if result.finished:
                 self._last = None
             return result
+        entries, granted, queue_cpu, virtual_idle, lent, capacity, available = (
+            self._fresh_split(real_time, cycle)
+        )
+        result = self._account(
+            real_time, cycle, entries, granted, queue_cpu, virtual_idle, lent, capacity,
+            available=available, measured=measured,
+        )
+        self._last = (
+            None
+            if result.finished
+            else _LastCycle(cycle, granted, queue_cpu, virtual_idle, lent, available)
+        )
+        return result
+
+    def step_lean(self, real_time: float, cycle: float) -> LeanCycle:
+        """:meth:`step` for the simulator: the same cycle with the same arithmetic (one
+        booking loop, :meth:`_book`), returned as plain figures instead of grant and
+        report records. The scheduler's state afterwards is the one :meth:`step` leaves."""
+        if self._can_replay(cycle):
+            last = self._last
+            assert last is not None
+            entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
+            out = self._book(real_time, cycle, entries, last.granted, last.available, None)
+            self._seq += len(out.qos_granted)
+            if out.finished:
+                self._last = None
+            else:
+                out.virtual_idle = last.virtual_idle * 1.0
+            return out
+        entries, granted, queue_cpu, virtual_idle, lent, capacity, available = (
+            self._fresh_split(real_time, cycle)
+        )
+        out = self._book(real_time, cycle, entries, granted, available, None, quiet_bound=True)
+        self._seq += len(out.qos_granted)
+        out.virtual_idle = virtual_idle * 1.0
+        if out.finished:
+            self._last = None
+        else:
+            self._last = _LastCycle(cycle, granted, queue_cpu, virtual_idle, lent, available)
+            # quiet_cycles(cycle, 0) of the next cycle, already known (nothing changes the
+            # state it reads but what also drops _last: add, remove, re-weight).
+            self._quiet_next = (self._last, out.quiet)
+        return out
+
+    def _can_replay(self, cycle: float) -> bool:
+        """Whether the last cycle's split holds for one more cycle of ``cycle`` s
+        (``quiet_cycles(cycle, 0) >= 1``). A fresh answer ``k`` is kept as a countdown,
+        less a margin for the rounding of the work done in between, so the quiet test is
+        computed again only near its end: the same answer, not recomputed every cycle."""
+        last = self._last
+        if last is None or last.cycle != cycle:
+            return False
+        known = self._quiet_known
+        if known is not None and known[0] is last and known[1] >= 1:
+            self._quiet_known = (last, known[1] - 1)
+            return True
+        ahead = self._quiet_next
+        self._quiet_next = None  # true only for the cycle right after the booking
+        k = ahead[1] if ahead is not None and ahead[0] is last else self.quiet_cycles(cycle, 0)
+        if k < 1:
+            return False
+        # After this cycle k - 1 more are quiet; the work done moves each bound by one
+        # cycle up to rounding (at most 2.3e-16 of the bound, <= k, per cycle), kept far
+        # below the margin of 2 by how long a countdown may run.
+        self._quiet_known = (last, min(k - 3, _COUNTDOWN_CAP, int(1e15 / k)))
+        return True
+
+    def _fresh_split(
+        self, real_time: float, cycle: float
+    ) -> tuple[
+        list[_Entry], dict[tuple[str, int], float], dict[QueueName, float], float, float,
+        float, dict[tuple[str, int], float] | None,
+    ]:
+        """Compute this cycle's split from scratch (the module docstring's rules): the
+        running entries, their grants (Mcycles), each queue's CPU, what virtual subtasks
+        held idle and what was lent (Mcycles), the node's capacity (Mcycles) and, per
+        capped QoS subtask, what it would get uncapped (``None``: no caps)."""
+        node = self.node
+        capacity = node.cpu_rate * cycle
         full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle  # one core, full speed
         self._start_waiting(real_time - cycle)
-        entries = [e for e in self._entries.values() if not e.subtask.finished]
+        entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
         by_queue: dict[QueueName, list[_Entry]] = {q: [] for q in _QUEUES}
         # CPU each entry could use this cycle (Mcycles): its cores at full speed, capped
         # by the work it has left.
@@ -397,17 +515,17 @@ class LocalScheduler:
             c = left if left < per else per
             if paced:
                 if s.rate_cap > 0:
-                    uncapped[s.key] = c
+                    uncapped[e.key] = c
                 if s.rate_cap > 0 and s.rate_cap * cycle < c:
                     released += c - s.rate_cap * cycle
                     c = s.rate_cap * cycle
             elif s.virtual_weight > 0 and e.queue is QueueName.QOS:
                 n_virtual += 1
-            cap[s.key] = c
+            cap[e.key] = c
 
         queue_demand: list[float] = []
         for q in _QUEUES:
-            d = sum(cap[e.subtask.key] for e in by_queue[q])
+            d = sum(cap[e.key] for e in by_queue[q])
             if q is QueueName.QOS:
                 # A virtual subtask may hold the whole node (a weight holder, not a
                 # process): were it capped at one core, on a node whose QoS share is more
@@ -458,17 +576,7 @@ class LocalScheduler:
                 by_queue[QueueName.QOS], uncapped, cap, queue_demand, released, capacity,
                 full_cpu, borrow,
             )
-
-        result = self._account(
-            real_time, cycle, entries, granted, queue_cpu, virtual_idle, lent, capacity,
-            available=available, measured=measured,
-        )
-        self._last = (
-            None
-            if result.finished
-            else _LastCycle(cycle, granted, queue_cpu, virtual_idle, lent, available)
-        )
-        return result
+        return entries, granted, queue_cpu, virtual_idle, lent, capacity, available
 
     def _available_uncapped(
         self,
@@ -538,8 +646,8 @@ class LocalScheduler:
         for e in members:
             s = e.subtask
             weights.append(s.weight if s.weight > 1e-9 else 1e-9)
-            demands.append(cap[s.key])
-            if not multi and not s.demand.is_cpu_only:
+            demands.append(cap[e.key])
+            if not multi and not e.cpu_only:
                 multi = True
         n_real = len(members)
         if queue is QueueName.QOS:
@@ -554,7 +662,7 @@ class LocalScheduler:
         else:
             alloc = water_fill(queue_cpu, demands, weights)
         for i in range(n_real):
-            granted[members[i].subtask.key] = alloc[i]
+            granted[members[i].key] = alloc[i]
         return float(sum(alloc[n_real:]))
 
     def _drf_share(
@@ -609,14 +717,14 @@ class LocalScheduler:
         entries), by their weights; returns what was given."""
         if not members:
             return 0.0
-        unmet = [max(0.0, cap[e.subtask.key] - granted.get(e.subtask.key, 0.0)) for e in members]
+        unmet = [max(0.0, cap[e.key] - granted.get(e.key, 0.0)) for e in members]
         total = sum(unmet)
         if total <= 0:
             return 0.0
         weights = [max(e.subtask.weight, 1e-9) for e in members]
         extra = water_fill(min(spare, total), unmet, weights)
         for e, x in zip(members, extra):
-            granted[e.subtask.key] = granted.get(e.subtask.key, 0.0) + x
+            granted[e.key] = granted.get(e.key, 0.0) + x
         return float(sum(extra))
 
     def _lend_to_queues(
@@ -631,7 +739,7 @@ class LocalScheduler:
         (water filling, each capped by its unmet demand); returns what was lent."""
         targets = (QueueName.BEST_EFFORT, QueueName.LOCAL)
         unmet = [
-            sum(max(0.0, cap[e.subtask.key] - granted.get(e.subtask.key, 0.0)) for e in by_queue[q])
+            sum(max(0.0, cap[e.key] - granted.get(e.key, 0.0)) for e in by_queue[q])
             for q in targets
         ]
         if sum(unmet) <= 0:
@@ -661,7 +769,7 @@ class LocalScheduler:
         bound = math.inf
         for e in self._entries.values():
             s = e.subtask
-            g = last.granted.get(s.key, 0.0)
+            g = last.granted.get(e.key, 0.0)
             if g <= 0:
                 continue
             cores = s.demand.cpu if s.demand is not None else 1.0
@@ -670,6 +778,61 @@ class LocalScheduler:
         if bound == math.inf:
             return 1 << 30
         return max(0, int(bound) + 1 - margin) if bound >= 0 else 0
+
+    def preview_qos_clocks(
+        self, times: list[float]
+    ) -> dict[tuple[str, int], tuple[list[float], list[float], float, float]]:
+        """What replaying the last split over ``len(times)`` cycles ending at ``times``
+        (s) would report for each grid QoS subtask, without changing anything: its
+        ``T_V`` after each cycle (s), its expected work in each cycle, its grant and its
+        available work per cycle (Mcycles), with :meth:`_repeat`'s arithmetic (so
+        :meth:`fast_forward` then leaves exactly these clocks)."""
+        last = self._last
+        assert last is not None
+        out: dict[tuple[str, int], tuple[list[float], list[float], float, float]] = {}
+        qos = QueueName.QOS
+        for e in self._entries.values():
+            s = e.subtask
+            if e.queue is not qos or s.finish_time is not None:
+                continue
+            g = last.granted.get(e.key, 0.0)
+            per = s.expected_rate * last.cycle
+            done = s.done_work
+            vt = e.clock.virtual_time
+            prev = e.clock.previous_real_time
+            tvs: list[float] = []
+            xs: list[float] = []
+            for t in times:
+                left = s.work - done
+                x = per if per < left else left
+                done += g
+                if x > 0:
+                    vt += (g / x) * (t - prev)
+                prev = t
+                tvs.append(vt)
+                xs.append(x)
+            a = g
+            if last.available is not None and e.key in last.available:
+                a = last.available[e.key]
+            out[e.key] = (tvs, xs, g, a)
+        return out
+
+    def last_cycle_totals(self) -> tuple[float, float | None, float]:
+        """One replayed cycle's totals as :meth:`step_lean` books them: CPU used (the
+        grants summed in entry order), the grid QoS grants' ``fsum`` (``None``: no QoS
+        entry) and what virtual subtasks held idle, Mcycles."""
+        last = self._last
+        assert last is not None
+        used = 0.0
+        qos: list[float] = []
+        for e in self._entries.values():
+            if e.subtask.finish_time is not None:
+                continue
+            g = last.granted.get(e.key, 0.0)
+            used += g
+            if e.queue is QueueName.QOS:
+                qos.append(g)
+        return used, (math.fsum(qos) if qos else None), last.virtual_idle * 1.0
 
     def fast_forward(self, cycles: int, cycle: float, real_time: float) -> CycleResult:
         """Replay the last cycle ``cycles`` times at once, ending at ``real_time`` (s).
@@ -681,6 +844,7 @@ class LocalScheduler:
         if self._last is None or cycles < 1 or cycles > self.quiet_cycles(cycle):
             raise ValueError(f"fast_forward: {cycles} cycles cannot be replayed exactly")
         result = self._replay(cycles, cycle, real_time)
+        self._quiet_known = self._quiet_next = None  # both counted from single cycles
         assert not result.finished, "fast_forward went past a subtask's finish"
         return result
 
@@ -688,7 +852,7 @@ class LocalScheduler:
         """Book ``cycles`` cycles with the last cycle's split (the caller checked it holds)."""
         last = self._last
         assert last is not None
-        entries = [e for e in self._entries.values() if not e.subtask.finished]
+        entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
         return self._account(
             real_time,
             cycle,
@@ -727,6 +891,88 @@ class LocalScheduler:
             g_total += g1
         return x_total, g_total, s.work - s.done_work, clock.virtual_time
 
+    def _book(
+        self,
+        real_time: float,
+        cycle: float,
+        entries: Iterable[_Entry],
+        granted: Mapping[tuple[str, int], float],
+        available: Mapping[tuple[str, int], float] | None,
+        measured: Mapping[tuple[str, int], float] | None,
+        repeat: int = 1,
+        quiet_bound: bool = False,
+    ) -> LeanCycle:
+        """The one booking loop of every cycle (:meth:`step`, :meth:`step_lean`,
+        :meth:`fast_forward`): book ``repeat`` identical cycles of ``cycle`` s whose
+        per-cycle grants are ``granted`` (Mcycles) on ``entries``, in their order: work
+        done, eq. (4) on each virtual clock, finishes. ``available``: per capped subtask,
+        the Mcycles per cycle it could have had without its cap (reported as
+        ``available_work``; the others report their grant). ``measured``: work a process
+        really did (replaces the grant in the work done and the clock). ``quiet_bound``
+        (one cycle, no ``measured``): also find what :meth:`quiet_cycles` ``(cycle, 0)``
+        will answer next cycle if ``granted`` becomes the last split (the same
+        arithmetic on the same figures, while the loop has them at hand)."""
+        m = float(repeat)
+        bound = math.inf
+        node = self.node
+        used = 0.0
+        rows: list[BookedRow] = []
+        qos_granted: list[float] = []
+        finished: list[tuple[str, int]] = []
+        qos = QueueName.QOS
+        for e in entries:
+            s = e.subtask
+            key = (s.job_id, s.index)
+            left = s.work - s.done_work
+            # Expected work per cycle (x in eq. 4): the admitted rate, but never more
+            # than the work left, so a subtask finishing mid-cycle is not "late".
+            per = s.expected_rate * cycle
+            if repeat == 1:
+                x = per if per < left else left
+                g = granted.get(key, 0.0)
+                # Work really done: what a process measured, else the grant.
+                w = measured[key] if measured is not None and key in measured else g
+                s.done_work += w
+                clock = e.clock
+                if x > 0 and w >= 0 and real_time >= clock.previous_real_time:
+                    # VirtualClock.advance(real_time, x, w), inlined (the same arithmetic).
+                    clock.virtual_time += (w / x) * (real_time - clock.previous_real_time)
+                    clock.previous_real_time = real_time
+                    tv = clock.virtual_time
+                elif x > 0:
+                    tv = clock.advance(real_time, x, w)  # raises
+                else:
+                    tv = clock.advance(real_time, 0, 0)
+                done = left - w <= WORK_EPSILON
+                if quiet_bound and g > 0:
+                    cores = s.demand.cpu if s.demand is not None else 1.0
+                    floor = max(
+                        min(cores, node.cores) * node.speed_mhz * cycle, s.expected_rate * cycle
+                    )
+                    remaining = s.work - s.done_work
+                    bound = min(bound, ((remaining if remaining > 0.0 else 0.0) - floor) / g)
+            else:
+                x, g, left, tv = self._repeat(e, per, granted.get(key, 0.0), cycle, repeat)
+                w = g
+                done = left <= WORK_EPSILON
+            used += g
+            if done:
+                s.done_work = s.work
+                s.finish_time = real_time
+                finished.append(key)
+            a = g
+            if e.queue is qos:
+                qos_granted.append(g)
+                if available is not None and key in available:
+                    a = available[key] * m
+            rows.append((e.queue, s.job_id, s.index, x, g, w, tv, done, a))
+        out = LeanCycle(used, qos_granted, finished, rows)
+        if quiet_bound:
+            out.quiet = (
+                1 << 30 if bound == math.inf else (int(bound) + 1 if bound >= 0 else 0)
+            )
+        return out
+
     def _account(
         self,
         real_time: float,
@@ -741,64 +987,36 @@ class LocalScheduler:
         available: Mapping[tuple[str, int], float] | None = None,
         measured: Mapping[tuple[str, int], float] | None = None,
     ) -> CycleResult:
-        """Book ``repeat`` identical cycles of ``cycle`` s whose per-cycle grants are
-        ``granted`` (Mcycles); the result reports totals over the span. ``available``:
-        per capped subtask, the Mcycles per cycle it could have had without its cap
-        (reported as ``available_work``; the others report their grant)."""
+        """Book ``repeat`` identical cycles (:meth:`_book`) and return them as a
+        :class:`CycleResult` with totals over the span: a grant per entry, a progress
+        report per grid QoS subtask."""
         m = float(repeat)
         node_name = self.node.name
-        grants: list[Grant] = []
-        reports: list[ProgressReport] = []
-        finished: list[tuple[str, int]] = []
-        used = 0.0
+        booked = self._book(real_time, cycle, entries, granted, available, measured, repeat)
         qos = QueueName.QOS
         incarnation = self.incarnation
         seq = self._seq
-        for e in entries:
-            s = e.subtask
-            key = (s.job_id, s.index)
-            left = s.work - s.done_work
-            # Expected work per cycle (x in eq. 4): the admitted rate, but never more
-            # than the work left, so a subtask finishing mid-cycle is not "late".
-            per = s.expected_rate * cycle
-            if repeat == 1:
-                x = per if per < left else left
-                g = granted.get(key, 0.0)
-                # Work really done: what a process measured, else the grant.
-                w = measured[key] if measured is not None and key in measured else g
-                s.done_work += w
-                tv = e.clock.advance(real_time, x, w) if x > 0 else e.clock.advance(real_time, 0, 0)
-            else:
-                x, g, left, tv = self._repeat(e, per, granted.get(key, 0.0), cycle, repeat)
-                w = g
-            used += g
-            done = left - (w if repeat == 1 else 0.0) <= WORK_EPSILON
-            if done:
-                s.done_work = s.work
-                s.finish_time = real_time
-                finished.append(key)
-            grants.append(Grant(s.job_id, s.index, e.queue, x, g, tv))
-            if e.queue is qos:
+        grants: list[Grant] = []
+        reports: list[ProgressReport] = []
+        for queue, job_id, index, x, g, w, tv, done, a in booked.rows:
+            grants.append(Grant(job_id, index, queue, x, g, tv))
+            if queue is qos:
                 seq += 1
-                a = g
-                if available is not None and key in available:
-                    a = available[key] * m
                 reports.append(
                     ProgressReport(
-                        s.job_id, s.index, node_name, incarnation, seq, real_time, tv, x, w, done,
-                        a,
+                        job_id, index, node_name, incarnation, seq, real_time, tv, x, w, done, a
                     )
                 )
         self._seq = seq
         return CycleResult(
-            node=self.node.name,
+            node=node_name,
             real_time=real_time,
             grants=tuple(grants),
             reports=tuple(reports),
-            finished=tuple(finished),
+            finished=tuple(booked.finished),
             queue_cpu={q: c * m for q, c in queue_cpu.items()},
             virtual_idle=virtual_idle * m,
             lent_to_best_effort=lent * m,
-            used=used,
+            used=booked.used,
             capacity=capacity * m,
         )

@@ -63,7 +63,9 @@ class Cell:
     job count (``None``: the generator's uniform 1500..3000); ``cycle`` is ``q`` (s);
     ``log_every`` is 0 for no phase log; ``overbooking`` overrides the policy's ratio
     (``None``: the policy's own); ``calibration`` and ``rate_per_weight`` (Mcycles/s per
-    weight unit) go to the generator and the simulator alike."""
+    weight unit) go to the generator and the simulator alike. ``step_every_cycle`` runs
+    the simulator's reference mode (:attr:`SimConfig.step_every_cycle`: the same bytes
+    out, slower)."""
 
     nodes: int
     lam: float
@@ -77,6 +79,7 @@ class Cell:
     overbooking: float | None = None
     calibration: str = DEFAULT_CALIBRATION
     rate_per_weight: float = DEFAULT_RATE_PER_WEIGHT
+    step_every_cycle: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +162,7 @@ def make_cells(
     overbooking: Sequence[float] | None = None,
     calibration: str = DEFAULT_CALIBRATION,
     rate_per_weight: float = DEFAULT_RATE_PER_WEIGHT,
+    step_every_cycle: bool = False,
 ) -> list[Cell]:
     """Every run of the matrix, in output order (nodes, lambda, then ``policies``' order,
     then ``overbooking``'s). Policies that overbook run once per ratio of ``overbooking``
@@ -183,7 +187,7 @@ def make_cells(
                     )
                     cells.append(
                         Cell(n, float(lam), p, s, jobs, cycle, work_conserving, log_every, path,
-                             ob, calibration, rate_per_weight)
+                             ob, calibration, rate_per_weight, step_every_cycle)
                     )
     return cells
 
@@ -207,6 +211,7 @@ def run_cell(cell: Cell) -> Row:
         work_conserving=cell.work_conserving,
         log_every=max(cell.log_every, 1),
         rate_per_weight=cell.rate_per_weight,
+        step_every_cycle=cell.step_every_cycle,
     )
     policy = (get_policy(cell.policy) if cell.overbooking is None
               else get_policy(cell.policy, overbooking=cell.overbooking))
@@ -672,7 +677,7 @@ def handler(args: argparse.Namespace) -> int:
 
     cells = make_cells(nodes, lams, policy_names, seed, jobs, cycle,
                        args.work_conserving, log_every, log_dir, overbooking,
-                       args.calibration, rate_per_weight)
+                       args.calibration, rate_per_weight, args.step_every_cycle)
     start = time.perf_counter()
     with tqdm(total=len(cells), desc="paper", unit="run", file=sys.stderr,
               disable=args.quiet) as bar:
@@ -686,7 +691,7 @@ def handler(args: argparse.Namespace) -> int:
                        for n in nodes for lam in lams},
         "cycle_s": cycle, "work_conserving": args.work_conserving,
         "calibration": args.calibration, "rate_per_weight": rate_per_weight,
-        "overbooking": overbooking,
+        "overbooking": overbooking, "step_every_cycle": args.step_every_cycle,
         "queue_weights": [0.3, 0.5, 0.2], "log_every": log_every,
         "workers": workers, "wall_seconds": wall,
     }
@@ -748,5 +753,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--log-every", default=str(DEFAULT_LOG_EVERY),
                         help="log a job's phase every K control periods, and whenever a "
                              "window fires (default %(default)s; 0 = no phase logs)")
+    parser.add_argument("--step-every-cycle", action="store_true",
+                        help="the simulator's reference mode: every node and the controller "
+                             "through their public per-cycle path, as the live runtime drives "
+                             "them (the same results.csv, slower)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(handler=handler)
