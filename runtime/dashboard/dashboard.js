@@ -2,14 +2,20 @@
 // `coalloc queue --json` print, polled from the same API routes. No library, nothing
 // loaded from elsewhere; charts are plain SVG drawn here.
 //
-// Polling: the whole status and the queue every FULL_EVERY_S real seconds (at least one
-// control period); the shown running job alone (`/api/v1/status?job=ID`) every control
-// period (at least DETAIL_MIN_S). Each status document seen adds one point per running
-// job to a rolling history kept in the page (HISTORY_POINTS at most per job run), which
-// the charts draw: the API has no per-period history.
+// Polling (each document is the one the CLI prints, from the same route):
+// - the shown running job alone (`/api/v1/status?job=ID`: that job and every node) every
+//   control period, at least every DETAIL_MIN_S: the chart's points, the nodes;
+// - the queue (`/api/v1/queue`) and the whole status (`/api/v1/status`: finished jobs,
+//   the other running jobs' points) every MIN_EVERY_S real seconds, or more seldom when
+//   they are large: each at most BYTES_PER_S on average (a 1,000-job queue: every few s).
+// Each status document seen adds one point per running job to a rolling history kept in
+// the page (HISTORY_POINTS at most per job run), which the charts draw: the API keeps no
+// per-period history.
 "use strict";
 
-const FULL_EVERY_S = 2.0;
+const MIN_EVERY_S = 2.0;
+const MAX_EVERY_S = 15.0;
+const BYTES_PER_S = 50000;
 const DETAIL_MIN_S = 0.5;
 const HISTORY_POINTS = 600;
 const FINISHED_ROWS = 200;
@@ -24,6 +30,8 @@ const state = {
   selected: null,      // job id shown in the job panel
   history: new Map(),  // run id -> [{t, tvs: [...], phi}]
   controlPeriodS: 1.0, // real seconds per control period
+  statusBytes: 0,      // size of the last whole status document
+  queueBytes: 0,       // ... and of the last queue
   polls: 0,
 };
 
@@ -361,9 +369,10 @@ function merge(doc) {
 }
 
 async function pollFull() {
-  const [status, queue] = await Promise.all([getJson("/api/v1/status"), getJson("/api/v1/queue")]);
+  const status = await getJson("/api/v1/status");
   const st = status.doc;
   state.status = st;
+  state.statusBytes = status.text.length;
   const period = (st.control_period || st.cycle || 1) / (st.time_scale || 1);
   state.controlPeriodS = period;
   record(st);
@@ -373,13 +382,27 @@ async function pollFull() {
   }
   renderSummary(st);
   renderNodes(st);
-  if (queue.text !== state.queueText) {
-    state.queueText = queue.text;
-    state.queue = queue.doc;
-  }
-  renderQueue(state.queue);
   renderFinished(st);
   renderJob(selectedJob());
+  markFirstRender();
+}
+
+function markFirstRender() {
+  // Real ms from navigation start to the first whole view drawn (the status and the
+  // queue both shown; read by bench/bench_dashboard.py).
+  if (state.status && state.queue && !document.body.dataset.firstRenderMs) {
+    document.body.dataset.firstRenderMs = performance.now().toFixed(0);
+  }
+}
+
+async function pollQueue() {
+  const queue = await getJson("/api/v1/queue");
+  state.queueBytes = queue.text.length;
+  if (queue.text === state.queueText) return;  // unchanged: not drawn again
+  state.queueText = queue.text;
+  state.queue = queue.doc;
+  renderQueue(state.queue);
+  markFirstRender();
 }
 
 async function pollDetail() {
@@ -388,7 +411,14 @@ async function pollDetail() {
   const one = await getJson("/api/v1/status?job=" + encodeURIComponent(job.job_id));
   merge(one.doc);
   record(one.doc);
+  state.status.nodes = one.doc.nodes;
+  renderSummary(state.status);
+  renderNodes(state.status);
   renderJob(selectedJob());
+}
+
+function every(bytes) {
+  return Math.min(MAX_EVERY_S, Math.max(MIN_EVERY_S, state.controlPeriodS, bytes / BYTES_PER_S));
 }
 
 function loop(task, every) {
@@ -406,5 +436,6 @@ function loop(task, every) {
   run();
 }
 
-loop(pollFull, () => Math.max(FULL_EVERY_S, state.controlPeriodS));
+loop(pollFull, () => every(state.statusBytes));
+loop(pollQueue, () => every(state.queueBytes));
 loop(pollDetail, () => Math.max(DETAIL_MIN_S, state.controlPeriodS));
