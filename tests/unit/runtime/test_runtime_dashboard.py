@@ -193,3 +193,20 @@ def test_dashboard_with_a_token_that_is_not_the_deployments_is_refused(
     assert cli.main(["dashboard"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "token" in err and err.count("\n") == 1
+
+
+def test_the_pages_files_are_package_data() -> None:
+    """An editable install and a wheel both carry the page: the package is listed and
+    its data patterns cover every file the server sends."""
+    import fnmatch
+    from importlib import resources
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    root = Path(__file__).resolve().parents[3]
+    tools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "runtime.dashboard" in tools["packages"]
+    patterns = tools["package-data"]["runtime.dashboard"]
+    for name in ["index.html", *dashboard.ASSETS]:
+        assert any(fnmatch.fnmatch(name, p) for p in patterns), name
+        assert resources.files("runtime.dashboard").joinpath(name).is_file(), name
