@@ -197,6 +197,10 @@ class FlowPlacementReply:
 
 
 # --------------------------------------------------------------------------- fairness
+#: A capacity (Mcycles/s) at or below this is none: a billionth of a Mcycle per second.
+_NO_CAPACITY = 1e-9
+
+
 def fair_shares(
     capacity: float, users: Sequence[UserShare], pending: Mapping[str, float]
 ) -> dict[str, float]:
@@ -207,7 +211,9 @@ def fair_shares(
     free = [u for u in users if u.bound is None]
     if not free:
         return out
-    if capacity <= 0:
+    if capacity <= _NO_CAPACITY:
+        # Nothing to share; a subnormal capacity would also overflow DRF's shares
+        # (d / (C w) with C w rounded to 0; found by the placement property).
         return out | {u.user: 0.0 for u in free}
     demand = [max(0.0, u.held) + pending.get(u.user, 0.0) for u in free]
     r = drf(

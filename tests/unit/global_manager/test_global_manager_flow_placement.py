@@ -293,3 +293,22 @@ def test_placement_properties(q: FlowPlacementRequest) -> None:
     held = {u.user: u.held for u in q.users}
     for user, rate in user_rate.items():
         assert held.get(user, 0.0) + rate <= r.fair_shares[user] + 1e-6
+
+
+def test_a_subnormal_capacity_is_no_capacity() -> None:
+    # Found by test_placement_properties: a node whose committed rate is the smallest
+    # subnormal made the grid's capacity 5e-324, and DRF's per-task share overflowed.
+    from global_manager.flow_placement import (
+        FlowPlacementRequest,
+        NodeState,
+        UserShare,
+        place_pending,
+    )
+
+    q = FlowPlacementRequest(
+        now=1000.0, jobs=(),
+        nodes=(NodeState("n0", 100.0, 0.0, frozenset(), 5e-324),),
+        users=(UserShare("carol", 0.5, 0.0, None),), qos_share=0.5, max_rounds=8,
+        reserve_after=None,
+    )
+    assert dict(place_pending(q).fair_shares) == {"carol": 0.0}
