@@ -717,6 +717,7 @@ def assemble_status(
             job["window_violation_fraction"] = view.get("window_violation_fraction")
             job["mean_virtual"] = view.get("mean_virtual")
             job["window"] = view.get("window")
+            job["rate_caps"] = view.get("rate_caps")
         elif view:
             for key in ("mean_phase_difference", "max_phase_difference", "completion_skew",
                         "turnaround", "window_violation_fraction"):

@@ -22,6 +22,11 @@ POST      /api/v1/cancel         ``{"job_ids": [...] | null, "user": U | null, "
                                  "pending" | "running" | null}``: one result per job
 ========  =====================  ==============================================================
 
+The web dashboard (:mod:`runtime.dashboard`, what ``coalloc dashboard`` prints the URL
+of) is ``GET /`` (its page, the token written into its asset links) and ``GET
+/dashboard/NAME`` (its script and style sheet); they need the token too, and are sent with
+a Content-Security-Policy that lets the page load nothing but this server's own files.
+
 Errors are ``{"error": "one line"}``: 401 without the right token, 400 for a malformed
 request or body (and a job mapping the job-file rules refuse), 404 for an unknown route
 or job, 413 for a body over :data:`MAX_BODY_BYTES`, 500 if the backend failed (logged;
@@ -43,6 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from runtime import dashboard
 from workloads.errors import UserError
 
 log = logging.getLogger("coalloc.runtime.api")
@@ -213,6 +219,19 @@ class _Handler(BaseHTTPRequestHandler):
             given.encode("utf-8", "surrogateescape"), expected.encode("utf-8")
         )
 
+    def _send_page(self, page: dashboard.Page) -> None:
+        """One of the dashboard's files (not JSON): no caching, no referrer (the page's
+        URL holds the token), nothing loaded from anywhere but this server."""
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", page.content_type)
+        self.send_header("Content-Length", str(len(page.body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Content-Security-Policy", dashboard.CONTENT_SECURITY_POLICY)
+        self.end_headers()
+        self.wfile.write(page.body)
+
     def _serve(self, method: str) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query)
@@ -220,6 +239,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._drain()
             self._send(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong API token"})
             return
+        if method == "GET" and not url.path.startswith(PREFIX + "/"):
+            page = dashboard.page(url.path, self.server.token)
+            if page is not None:
+                self._send_page(page)
+                return
         try:
             body = self._body() if method == "POST" else None
             status, doc = route(self.server.backend, method, url.path, query, body)

@@ -123,6 +123,8 @@ class JobInfo:
             "submitted_at": self.submitted_at,
             "start_at": self.start_at,
             "finished_at": self.finished_at,
+            "overall_deviation": self.overall_deviation,
+            "asynchrony": self.asynchrony,
             "run_id": self.run_id or self.job_id,
             "attempt": self.attempt,
             "history": list(self.history),

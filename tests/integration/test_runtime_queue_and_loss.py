@@ -80,6 +80,113 @@ def test_a_job_that_does_not_fit_is_pending_with_a_reason_and_runs_after_a_cance
     assert client.wait(waiter, timeout=120)["state"] == "completed"
 
 
+def test_the_dashboard_shows_what_status_shows_in_a_real_browser(
+    deployment: Any, capsys: Any, tmp_path: Path
+) -> None:
+    """``coalloc dashboard``'s URL opened in headless Chromium: the nodes and jobs the
+    page shows are those of ``status --json`` and ``queue --json`` (in the queue's
+    order), a pending job's reason is shown, the chart of the running job gains points
+    while it runs, the browser logs no error, and the page without the token is refused.
+    Screenshots go to ``$COALLOC_SCREENSHOTS`` (else the test's tmp dir)."""
+    import urllib.error
+    import urllib.request
+
+    from browser import chromium
+
+    import coalloc
+
+    cluster, _ = deployment
+    shots = Path(os.environ.get("COALLOC_SCREENSHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    client = coalloc.connect(cluster.address)
+    runner = client.submit(job("dash-run", 100_000, 6))
+    waiter = client.submit(job("dash-wait", 20, 6))
+    try:
+        code, out, err = run_cli(capsys, "dashboard", "--address", cluster.address)
+        assert code == 0, err
+        url = out.strip().splitlines()[-1]
+        assert url.startswith("http://") and "/?token=" in url
+        base = url.split("/?", 1)[0]
+        # Without the token: refused, the page and its script alike.
+        for path in ("/", "/dashboard/dashboard.js", "/?token=wrong"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(base + path, timeout=10)
+            assert refused.value.code == 401, path
+
+        with chromium() as browser:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+            response = page.goto(url)
+            assert response is not None and response.status == 200
+
+            last: dict[str, Any] = {}
+
+            def settle(predicate: Any, what: str, timeout: float = 60) -> None:
+                try:
+                    wait_for(predicate, timeout=timeout)
+                except AssertionError:
+                    raise AssertionError(f"{what}: last seen {last.get(what)!r}") from None
+
+            def cells(selector: str) -> list[list[str]]:
+                return page.eval_on_selector_all(
+                    selector, "rows => rows.map(r => [r.dataset.node || r.dataset.job,"
+                    " ...Array.from(r.cells, c => c.textContent)])")
+
+            # Nodes: names, health, labels, speed and subtasks as status --json has them.
+            def nodes_match() -> bool:
+                st = status(capsys, cluster.address)
+                want = [[n["name"], n["name"], n.get("health", "up") + (
+                         "" if n["ready"] or n.get("health", "up") != "up" else " (not ready)"),
+                         ", ".join(n.get("labels") or []) or "\u2013",
+                         f"{n['speed_mhz']:.0f}", f"{n['cores']:g}",
+                         str(n["running_subtasks"])] for n in st["nodes"]]
+                got = [r[:6] + [r[7]] for r in cells("#nodes tbody tr")]
+                last["nodes"] = (got, want)
+                return got == want
+            settle(nodes_match, "nodes")
+
+            # Jobs: the queue in the queue's order, the finished ones as status has them.
+            def jobs_match() -> bool:
+                code, out, _ = run_cli(capsys, "queue", "--json", "--address", cluster.address)
+                rows = json.loads(out[out.index("["):])
+                st = status(capsys, cluster.address)
+                over = {j["job_id"] for j in st["jobs"] if j["state"] not in ("pending", "running")}
+                queue = [(r[0], r[4].split(" ")[0]) for r in cells("#queue tbody tr")]
+                done = {r[0] for r in cells("#finished tbody tr")}
+                last["jobs"] = (queue, rows, done, over)
+                return queue == [(r["job_id"], r["state"]) for r in rows] and done == over
+            settle(jobs_match, "jobs")
+
+            # The pending job's reason, as status gives it.
+            (rec,) = status(capsys, cluster.address, waiter)["jobs"]
+            assert rec["state"] == "pending" and rec["reason"]
+            row = page.locator(f'#queue tr[data-job="{waiter}"]')
+            assert row.locator("td.reason").text_content() == rec["reason"]
+
+            # The running job's chart gains points while it runs: one line per subtask.
+            page.locator(f'#queue tr[data-job="{runner}"]').click()
+            chart = page.locator("#chart-virtual")
+            settle(lambda: page.locator("#job-detail").get_attribute("data-job") == runner,
+                   "selected")
+            first = int(chart.get_attribute("data-points") or 0)
+
+            def points() -> bool:
+                last["points"] = (first, chart.get_attribute("data-points"), errors)
+                return int(chart.get_attribute("data-points") or 0) >= first + 3
+            settle(points, "points")
+            assert chart.locator("polyline.subtask").count() == 3
+            assert page.locator("#job-facts").text_content().count("A_t") == 1
+            page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
+            assert not page.locator("#problem").is_visible()
+            assert errors == [], errors
+    finally:
+        client.cancel_jobs([runner, waiter])
+        wait_for(lambda: set(client.job_states([runner, waiter]).values()) <= {"cancelled"})
+
+
 def test_a_silent_node_is_lost_and_its_gang_requeued_whole_on_the_others(
     deployment: Any, capsys: Any
 ) -> None:

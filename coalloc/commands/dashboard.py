@@ -1,0 +1,49 @@
+"""``coalloc dashboard``: print the URL of the running coalloc's web dashboard, with its
+access token in it (``http://HOST:PORT/?token=...``, as Jupyter prints its URL), and
+return. Open it in a browser that can reach the head node. The global manager's HTTP API
+serves the page (read-only: nodes, the queue, each running job's virtual times against
+real time with its phase difference and windows, finished jobs' summaries) from the same
+routes ``coalloc status --json`` uses; docs/observability.md describes it. The token is
+the one in the state file (0600): whoever has the URL can read the status and use the
+API, so share it as you would the state file."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+from urllib.parse import quote
+
+from coalloc.errors import UserError
+
+#: Real seconds the check that the API answers may take.
+PROBE_TIMEOUT_S = 5.0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "dashboard", help="print the web dashboard's URL (with its access token)",
+        description=__doc__,
+    )
+    parser.add_argument("--address", default=None, metavar="ADDR", help="Ray cluster address")
+    parser.set_defaults(handler=run_dashboard)
+
+
+def dashboard_url(api_url: str, token: str) -> str:
+    """The page's URL: the API's root with the token as its query."""
+    return f"{api_url.rstrip('/')}/?token={quote(token, safe='')}"
+
+
+def run_dashboard(args: argparse.Namespace) -> int:
+    from coalloc.api_client import HttpApi
+    from coalloc.client import recorded_api
+    from runtime.state import state_path
+
+    api = recorded_api(args.address)
+    if api is None:
+        raise UserError(f"coalloc is not up: {state_path()} records no running deployment "
+                        "with an HTTP API; run coalloc up")
+    url, token, address = api
+    # One request, no waiting for a restart: the page is useless if nothing answers.
+    HttpApi(url, token, address, timeout=PROBE_TIMEOUT_S, restart_wait=0.0).call("deployment")
+    print(dashboard_url(url, token))
+    return 0
