@@ -281,13 +281,8 @@ class ControllerCore:
                     )
                 )
             else:
-                tvs = [s.virtual_time for s in running]
-                phi = phase_difference(tvs)
-                mean = sum(tvs) / len(tvs)
-                job.tracker.observe(phi, mean - now)
-                job.last_phase, job.last_mean, job.last_window = phi, mean, "none"
-                if self.sink and job.qos is QosClass.STRICT and k % self.log_every == 0:
-                    self._log_uncontrolled(job, k, now, clock_offset, clock_quality)
+                self._observe(job, [s.virtual_time for s in running], now, k, clock_offset,
+                              clock_quality)
         if not states:
             return commands
         reply = control(
@@ -327,6 +322,25 @@ class ControllerCore:
         st.weight, st.virtual_weight, st.rate_cap = st.admitted_weight, 0.0, 0.0
         self._seq += 1
         return [ReweightCommand(job.job_id, st.index, st.node, self._seq, st.weight, 0.0)]
+
+    def _observe(
+        self,
+        job: _JobTrack,
+        virtual_times: list[float],
+        real_time: float,
+        k: int,
+        clock_offset: float | None,
+        clock_quality: str | None,
+    ) -> None:
+        """Book period ``k`` of a job no decision is made for (uncontrolled, or a quiet
+        period): its phase difference and deviation from ``real_time`` (s) from the
+        running subtasks' ``virtual_times`` (s), logged every ``log_every`` periods."""
+        phi = phase_difference(virtual_times)
+        mean = sum(virtual_times) / len(virtual_times)
+        job.tracker.observe(phi, mean - real_time)
+        job.last_phase, job.last_mean, job.last_window = phi, mean, "none"
+        if self.sink and job.qos is QosClass.STRICT and k % self.log_every == 0:
+            self._log_uncontrolled(job, k, real_time, clock_offset, clock_quality)
 
     def _log_uncontrolled(
         self, job: _JobTrack, k: int, now: float, offset: float | None, quality: str | None
@@ -434,13 +448,8 @@ class ControllerCore:
                 running = [s for s in job.subtasks if not s.done]
                 if len(running) < 2:
                     continue
-                tvs = [s.virtual_time + s.clock_rate * dt for s in running]
-                phi = phase_difference(tvs)
-                mean = sum(tvs) / len(tvs)
-                job.tracker.observe(phi, mean - (now + dt))
-                job.last_phase, job.last_mean, job.last_window = phi, mean, "none"
-                if self.sink and job.qos is QosClass.STRICT and k % self.log_every == 0:
-                    self._log_uncontrolled(job, k, now + dt, clock_offset, clock_quality)
+                self._observe(job, [s.virtual_time + s.clock_rate * dt for s in running],
+                              now + dt, k, clock_offset, clock_quality)
 
     def stretch_quiet_periods(
         self,
@@ -511,13 +520,8 @@ class ControllerCore:
                 running = [s for s in job.subtasks if not s.done]
                 if len(running) < 2:
                     continue
-                tvs = [clocks[(job.job_id, s.index)][p] for s in running]
-                phi = phase_difference(tvs)
-                mean = sum(tvs) / len(tvs)
-                job.tracker.observe(phi, mean - t_r)
-                job.last_phase, job.last_mean, job.last_window = phi, mean, "none"
-                if self.sink and job.qos is QosClass.STRICT and k % self.log_every == 0:
-                    self._log_uncontrolled(job, k, t_r, clock_offset, clock_quality)
+                self._observe(job, [clocks[(job.job_id, s.index)][p] for s in running], t_r,
+                              k, clock_offset, clock_quality)
 
     # ------------------------------------------------------------------- status
     def view(self, job_id: str) -> JobClockView | None:
