@@ -147,15 +147,25 @@ while True:
             sys.exit(f"local-cluster: head GCS {address} not reachable: {exc}")
         time.sleep(0.5)
 import ray
-ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-alive = 0
+# On a loaded machine the GCS can miss ray.init's own RPC deadline ("Timed out while
+# waiting for GCS to become available") while the cluster is healthy: that is a reason to
+# ask again, not to tear the cluster down. Only the overall deadline ends the wait.
+alive, last_error = 0, None
 while time.monotonic() < deadline:
-    alive = sum(1 for n in ray.nodes() if n["Alive"])
-    if alive >= want:
-        print(f"{alive} nodes alive")
-        sys.exit(0)
+    try:
+        if not ray.is_initialized():
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+        alive = sum(1 for n in ray.nodes() if n["Alive"])
+    except Exception as exc:  # any failure to reach the GCS: retry until the deadline
+        last_error = exc
+        ray.shutdown()
+    else:
+        if alive >= want:
+            print(f"{alive} nodes alive")
+            sys.exit(0)
     time.sleep(0.5)
-sys.exit(f"local-cluster: only {alive} of {want} nodes alive after {timeout:g} s")
+reason = f"; last error: {str(last_error).splitlines()[-1]}" if last_error else ""
+sys.exit(f"local-cluster: only {alive} of {want} nodes alive after {timeout:g} s{reason}")
 EOF
 }
 

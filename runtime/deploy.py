@@ -82,18 +82,50 @@ def connect_ray(address: str, auth_mode: str | None = None) -> str:
         if problem is not None:
             raise UserError(f"{address}: no Ray cluster reachable there ({problem}); start "
                             "one, or run coalloc up")
-    try:
-        ray.init(
-            address=address,
-            namespace=NAMESPACE,
-            logging_level=logging.ERROR,
-            log_to_driver=False,
-        )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{address}: cannot connect to a Ray cluster ({first})") from None
+    # The probe above found a GCS that answers, so a failure of ray.init now is most
+    # often its own RPC deadline missed on a loaded machine ("Timed out while waiting for
+    # GCS to become available"): ask again a few times before giving up.
+    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        try:
+            ray.init(
+                address=address,
+                namespace=NAMESPACE,
+                logging_level=logging.ERROR,
+                log_to_driver=False,
+            )
+            break
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            ray.shutdown()
+            if attempt < CONNECT_ATTEMPTS and address != "local" and _transient(exc):
+                log.warning("%s: Ray connection attempt %d failed (%s); retrying", address,
+                            attempt, _first_line(exc))
+                continue
+            raise UserError(f"{address}: cannot connect to a Ray cluster "
+                            f"({_first_line(exc)})") from None
     _quiet_worker_pool_warning()
     return str(ray.get_runtime_context().gcs_address)
+
+
+#: How many times ``connect_ray`` calls ``ray.init`` when the GCS answered the probe but
+#: ray.init failed on a timeout (a loaded machine), before it reports the failure.
+CONNECT_ATTEMPTS = 3
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _transient(exc: BaseException) -> bool:
+    """True for a ray.init failure that a retry can cure: a timeout somewhere in the
+    chain of causes (Ray wraps the GCS client's RpcError in a RuntimeError and that in a
+    ConnectionError)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if "timed out" in str(seen).lower() or "timeout" in type(seen).__name__.lower():
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 #: The raylet's notice, pushed to the driver's stdout, that it started many worker

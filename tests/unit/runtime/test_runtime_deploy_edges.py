@@ -48,3 +48,71 @@ def test_down_removes_the_restart_files_of_its_deployment_only(
     assert sorted(removed) == sorted(mine)
     assert not any(p.exists() for p in mine) and other.exists() and aside.exists()
     assert deploy.remove_restart_files(1700000000.25) == []
+
+
+class _GcsTimeout(Exception):
+    """Stands for the GCS client's RpcError, the cause Ray wraps twice."""
+
+
+def _ray_init_failure(message: str) -> ConnectionError:
+    try:
+        try:
+            raise _GcsTimeout(message)
+        except _GcsTimeout as rpc:
+            raise RuntimeError("Failed to get node info for possible node ids") from rpc
+    except RuntimeError as runtime:
+        failure = ConnectionError("Failed to connect to Ray cluster at 192.0.2.2:52295")
+        failure.__cause__ = runtime
+        return failure
+
+
+@pytest.mark.parametrize("fails, succeeds", [(1, True), (2, True), (3, False)])
+def test_connect_ray_asks_again_when_ray_init_times_out_on_a_loaded_machine(
+    monkeypatch: pytest.MonkeyPatch, fails: int, succeeds: bool
+) -> None:
+    """The GCS answered the probe; ray.init missed its own RPC deadline (what CI met on a
+    loaded machine). Up to CONNECT_ATTEMPTS calls are made; after that the user gets one
+    line naming the address."""
+    assert deploy.CONNECT_ATTEMPTS == 3
+    calls: list[str] = []
+
+    def init(**kwargs: object) -> None:
+        calls.append(str(kwargs["address"]))
+        if len(calls) <= fails:
+            raise _ray_init_failure("Timed out while waiting for GCS to become available.")
+
+    class Context:
+        gcs_address = "10.0.0.1:6379"
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # connect_ray leaves an explicit one
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
+    monkeypatch.setattr(deploy, "gcs_problem", lambda address: None)
+    if succeeds:
+        assert deploy.connect_ray("10.0.0.1:6379", auth_mode="disabled") == "10.0.0.1:6379"
+        assert calls == ["10.0.0.1:6379"] * (fails + 1)
+    else:
+        with pytest.raises(deploy.UserError, match=r"10\.0\.0\.1:6379: cannot connect"):
+            deploy.connect_ray("10.0.0.1:6379", auth_mode="disabled")
+        assert len(calls) == deploy.CONNECT_ATTEMPTS
+
+
+def test_connect_ray_does_not_retry_a_failure_that_is_no_timeout(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def init(**kwargs: object) -> None:
+        calls.append(str(kwargs["address"]))
+        raise ConnectionError("version mismatch: the cluster runs Ray 2.0")
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # connect_ray leaves an explicit one
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(deploy, "gcs_problem", lambda address: None)
+    with pytest.raises(deploy.UserError, match="version mismatch"):
+        deploy.connect_ray("10.0.0.1:6379", auth_mode="disabled")
+    assert len(calls) == 1
