@@ -19,12 +19,22 @@ from global_manager.registry import Registry
 
 
 class AdmissionPolicy(Protocol):
-    """Decides how much strict expected rate a node may carry (Mcycles/s)."""
+    """Decides how much strict expected rate a node may carry (Mcycles/s).
+
+    ``qos_capacity``: the CPU rate the node's QoS queue can get now were it to want the
+    whole node (Mcycles/s, :meth:`local_manager.scheduler.LocalScheduler.qos_capacity`),
+    as last measured by the node; ``None`` when unknown. Only policies whose
+    ``measures_capacity`` is true read it; the driver need not feed it to the others."""
 
     @property
     def name(self) -> str: ...
 
-    def budget(self, cpu_rate: float, qos_share: float) -> float: ...
+    @property
+    def measures_capacity(self) -> bool: ...
+
+    def budget(
+        self, cpu_rate: float, qos_share: float, qos_capacity: float | None = None
+    ) -> float: ...
 
 
 admission_policies: Registry[AdmissionPolicy] = Registry("admission policy")
@@ -36,8 +46,11 @@ class StrictAdmission:
     """No overbooking: strict rates fit within the QoS queue's share of the CPU."""
 
     name: str = "strict"
+    measures_capacity: bool = False
 
-    def budget(self, cpu_rate: float, qos_share: float) -> float:
+    def budget(
+        self, cpu_rate: float, qos_share: float, qos_capacity: float | None = None
+    ) -> float:
         return qos_share * cpu_rate
 
 
@@ -48,13 +61,50 @@ class OverbookingAdmission:
 
     ratio: float = 0.05
     name: str = "overbooking"
+    measures_capacity: bool = False
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.ratio) or self.ratio < 0:
-            raise ValueError(f"overbooking ratio: must be a finite number >= 0, got {self.ratio!r}")
+        _check_ratio(self.ratio)
 
-    def budget(self, cpu_rate: float, qos_share: float) -> float:
+    def budget(
+        self, cpu_rate: float, qos_share: float, qos_capacity: float | None = None
+    ) -> float:
         return (1.0 + self.ratio) * qos_share * cpu_rate
+
+
+@admission_policies.register("measured_capacity")
+@dataclass(frozen=True, slots=True)
+class MeasuredCapacityAdmission:
+    """Overbooking on what the QoS queue can really get: ``(1 + ratio)`` times the
+    larger of its share of the CPU and its measured capacity (``qos_capacity``). On
+    work-conserving queues, a node whose grid-local and best-effort queues are light
+    gives the QoS queue more than its share, and its strict subtasks run faster than their
+    expected rates; sq paces a gang at what its nodes give, so its members hold their
+    budget for less time than their expected rates say, and the budget they are admitted
+    on may count that. Queues that are not work-conserving measure just the share, so
+    this is then :class:`OverbookingAdmission`. When local work arrives later, the gang's
+    pace falls to what the node gives then, never below the QoS share's (the work of a
+    strict subtask is booked against it, ``docs/model.md``)."""
+
+    ratio: float = 0.05
+    name: str = "measured_capacity"
+    measures_capacity: bool = True
+
+    def __post_init__(self) -> None:
+        _check_ratio(self.ratio)
+
+    def budget(
+        self, cpu_rate: float, qos_share: float, qos_capacity: float | None = None
+    ) -> float:
+        base = qos_share * cpu_rate
+        if qos_capacity is not None and math.isfinite(qos_capacity) and qos_capacity > base:
+            base = min(qos_capacity, cpu_rate)
+        return (1.0 + self.ratio) * base
+
+
+def _check_ratio(ratio: float) -> None:
+    if not math.isfinite(ratio) or ratio < 0:
+        raise ValueError(f"overbooking ratio: must be a finite number >= 0, got {ratio!r}")
 
 
 @admission_policies.register("none")
@@ -63,8 +113,11 @@ class NoAdmission:
     """No admission control: every node takes every subtask."""
 
     name: str = "none"
+    measures_capacity: bool = False
 
-    def budget(self, cpu_rate: float, qos_share: float) -> float:
+    def budget(
+        self, cpu_rate: float, qos_share: float, qos_capacity: float | None = None
+    ) -> float:
         return math.inf
 
 
@@ -85,6 +138,7 @@ __all__ = [
     "AdmissionPolicy",
     "FlowPlacement",
     "LeastLoaded",
+    "MeasuredCapacityAdmission",
     "NoAdmission",
     "NodeLoad",
     "OverbookingAdmission",

@@ -164,6 +164,9 @@ class GlobalManagerCore:
         #: Nodes placement skips: their manager is dead, stale or lost (live runtime).
         self.down: set[str] = set()
         self._estimates = EstimateCache()
+        #: The QoS capacity each node last measured (Mcycles/s), for admission policies
+        #: that read it (:meth:`observe_qos_capacity`).
+        self.qos_capacity: dict[str, float] = {}
 
     # ------------------------------------------------------- the parts' state
     @property
@@ -202,7 +205,31 @@ class GlobalManagerCore:
     def budget(self, node: str) -> float:
         """Strict expected rate ``node`` may carry under the policy's admission, Mcycles/s."""
         n = self.nodes[node]
-        return self.admission.budget(n.cpu_rate, self.config.qos_share)
+        return self.admission.budget(
+            n.cpu_rate, self.config.qos_share, self.qos_capacity.get(node)
+        )
+
+    @property
+    def measures_capacity(self) -> bool:
+        """Whether admission reads the nodes' measured QoS capacity: only then need the
+        driver call :meth:`observe_qos_capacity`."""
+        return self.admission.measures_capacity
+
+    def observe_qos_capacity(self, node: str, rate: float) -> bool:
+        """Record what ``node``'s QoS queue can get now (Mcycles/s, as
+        :meth:`local_manager.scheduler.LocalScheduler.qos_capacity` measures it). True if
+        that moved the node's budget; the next placement cycle then runs even when no
+        job arrived or ended. A rate that is not a finite number >= 0 is ignored."""
+        if node not in self.nodes:
+            raise KeyError(node)
+        if not math.isfinite(rate) or rate < 0 or self.qos_capacity.get(node) == rate:
+            return False
+        before = self.budget(node)
+        self.qos_capacity[node] = rate
+        if self.budget(node) == before:
+            return False
+        self.queue.changed = True
+        return True
 
     def node_budgets(self) -> dict[str, float]:
         return {n: self.budget(n) for n in self.nodes}

@@ -45,6 +45,10 @@ class PolicyName(str, Enum):
     SQ_LET_AHEAD = "sq_let_ahead"
 
 
+#: Admission policies that take an overbooking ratio.
+OVERBOOKING_ADMISSIONS = frozenset({"overbooking", "measured_capacity"})
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """A named scheduling policy. ``admission`` names an entry of
@@ -63,9 +67,14 @@ class Policy:
     lend_paced: bool = True
     borrow_idle: bool = True
 
+    @property
+    def overbooks(self) -> bool:
+        """Whether admission overbooks by :attr:`overbooking` (its ratio applies)."""
+        return self.admission in OVERBOOKING_ADMISSIONS
+
     def admission_policy(self):  # -> AdmissionPolicy
-        if self.admission == "overbooking":
-            return admission_policies.create("overbooking", ratio=self.overbooking)
+        if self.overbooks:
+            return admission_policies.create(self.admission, ratio=self.overbooking)
         return admission_policies.create(self.admission)
 
 
@@ -86,7 +95,8 @@ def _sq(**kw: object) -> Policy:
     kw.setdefault("overbooking", 0.05)
     kw.setdefault("controller_config", PACE)
     kw.setdefault("virtual_mode", VirtualSubtaskMode.PACED)
-    return Policy(name="sq", admission="overbooking", controller=True, **kw)  # type: ignore[arg-type]
+    kw.setdefault("admission", "measured_capacity")
+    return Policy(name="sq", controller=True, **kw)  # type: ignore[arg-type]
 
 
 @policies.register(PolicyName.SQ_NO_LEND.value)

@@ -180,11 +180,16 @@ def simulate(
     q = cfg.cycle
     active = 0  # subtasks placed and not finished
     stepping = cfg.step_every_cycle
+    measures = gm.measures_capacity
     ingest = ctl.ingest_progress
     try:
         while True:
             now = clock.now()
             admitted_before = next_job
+            if measures:
+                # At each boundary, as the live global manager hears each node's status:
+                # work admitted at this boundary is measured at the next one.
+                _observe_capacity(gm, schedulers, q)
             while next_job < len(jobs) and jobs[next_job].arrival <= now:
                 active += _admit(jobs[next_job], now, gm, schedulers, ctl, results)
                 next_job += 1
@@ -404,6 +409,15 @@ class _Outcome:
     completed_at: float | None = None
     estimated: bool = False
     estimated_start: float | None = None
+
+
+def _observe_capacity(
+    gm: GlobalManagerCore, schedulers: dict[str, LocalScheduler], cycle: float
+) -> None:
+    """Feed admission the QoS capacity each node measures now (Mcycles/s): what the
+    live local managers report in their status."""
+    for name, sched in schedulers.items():
+        gm.observe_qos_capacity(name, sched.qos_capacity(cycle))
 
 
 def _first_estimates(gm: GlobalManagerCore, now: float, results: dict[str, _Outcome]) -> None:

@@ -620,6 +620,39 @@ class LocalScheduler:
         self._share_queue(qos, qos_cpu, demands, QueueName.QOS, full_cpu, capacity, shares)
         return {key: shares.get(key, 0.0) for key in uncapped}
 
+    def qos_capacity(self, cycle: float) -> float:
+        """The CPU rate (Mcycles/s) the grid QoS queue would get in a cycle of ``cycle`` s
+        starting now were its demand the whole node: the node's rate less what the
+        grid-local and best-effort queues hold against it. Work-conserving queues give
+        the QoS queue what the others leave (the whole node when they are empty); queues
+        that are not work-conserving give it its share, whatever the others do.
+
+        What admission by measured capacity
+        (:class:`global_manager.admission.MeasuredCapacityAdmission`) reads: it depends on
+        the other queues' running entries and the work they have left, never on the QoS
+        queue's own subtasks, so admitting more strict work does not change it."""
+        if not math.isfinite(cycle) or cycle <= 0:
+            raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
+        node = self.node
+        capacity = node.cpu_rate * cycle
+        qi = _QUEUES.index(QueueName.QOS)
+        if not self.config.work_conserving:
+            return self._queue_shares[qi] * capacity / cycle
+        full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle
+        demand = [0.0] * len(_QUEUES)
+        for e in self._entries.values():
+            s = e.subtask
+            if e.queue is QueueName.QOS or s.finish_time is not None:
+                continue
+            cores = s.demand.cpu
+            per = full_cpu if cores == 1.0 else min(cores, node.cores) * node.speed_mhz * cycle
+            left = s.work - s.done_work
+            demand[_QUEUES.index(e.queue)] += left if left < per else per
+        for i, d in enumerate(demand):
+            demand[i] = min(d, capacity)
+        demand[qi] = capacity
+        return self._split_queues(capacity, demand)[QueueName.QOS] / cycle
+
     def _split_queues(self, capacity: float, demand: list[float]) -> dict[QueueName, float]:
         shares = self._queue_shares
         if self.config.work_conserving:

@@ -506,6 +506,7 @@ class GlobalManagerActor:
                     continue
                 last_error.pop(node, None)
                 self.service.node_answered(node, bool(st.get("loop_alive", st.get("running"))))
+                self.service.observe_qos_capacity(node, st.get("qos_capacity"))
                 try:
                     seen = st.get("subtasks", [])
                     self.reconciled += self.service.reconcile(node, seen)

@@ -382,6 +382,19 @@ class GlobalService:
     def node_budgets(self) -> dict[str, float]:
         return self.core.node_budgets()
 
+    def observe_qos_capacity(self, node: str, rate: Any) -> bool:
+        """``node``'s local manager measured what its QoS queue can get now (Mcycles/s,
+        its status ``qos_capacity``); admission by measured capacity budgets on it. A
+        missing or malformed value is ignored. True if the node's budget moved."""
+        if not self.core.measures_capacity or node not in self.core.nodes:
+            return False
+        try:
+            value = float(rate)
+        except (TypeError, ValueError):
+            return False
+        with self._lock:
+            return self.core.observe_qos_capacity(node, value)
+
     # ------------------------------------------------------------- node health
     def node_answered(self, node: str, loop_running: bool) -> None:
         """``node``'s local manager answered a status call (its loop running or not).

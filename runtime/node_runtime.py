@@ -337,6 +337,9 @@ class NodeRuntime:
                 "error": self.error,
                 "counters": dict(self.counters),
                 "subtasks": subtasks,
+                # What the QoS queue can get now (Mcycles/s), for admission by measured
+                # capacity in the global manager.
+                "qos_capacity": self.scheduler.qos_capacity(self.q),
             }
 
     # ----------------------------------------------------------------- the loop

@@ -175,7 +175,7 @@ def make_cells(
         for lam in lams:
             s = cell_seed(seed, n, lam)
             for p in policies:
-                overbooks = get_policy(p).admission == "overbooking"
+                overbooks = get_policy(p).overbooks
                 ratios: Sequence[float | None] = (
                     list(overbooking) if overbooking is not None and overbooks else [None]
                 )
@@ -217,7 +217,7 @@ def run_cell(cell: Cell) -> Row:
               else get_policy(cell.policy, overbooking=cell.overbooking))
     result = simulate(workload, policy, seed=cell.seed, config=config,
                       log_path=cell.log_path)
-    row = summarize_run(cell, result, policy.overbooking if policy.admission == "overbooking"
+    row = summarize_run(cell, result, policy.overbooking if policy.overbooks
                         else None)
     # Wall time is measured here, in the worker, so it excludes queueing in the pool.
     return _with_wall(row, time.perf_counter() - start)

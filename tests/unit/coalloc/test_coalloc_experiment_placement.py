@@ -241,7 +241,7 @@ def test_start_estimate_mae_by_hand() -> None:
 
 
 def test_a_cell_with_waiting_jobs_reports_its_estimate_error() -> None:
-    row = run_cell(Cell(3, 20.0, "least_loaded", 2, 12, 0))
+    row = run_cell(Cell(3, 10.0, "least_loaded", 2, 16, 0))
     assert row.start_estimate_mae is not None and row.start_estimate_mae >= 0.0
 
 

@@ -37,7 +37,7 @@ def test_budgets_strict_overbooking_and_none() -> None:
     assert OverbookingAdmission(ratio=0.1).budget(400.0, 0.5) == pytest.approx(220.0)
     assert NoAdmission().budget(400.0, 0.5) == math.inf
     assert admission_policies.create("overbooking").ratio == 0.05
-    assert admission_policies.names() == ["none", "overbooking", "strict"]
+    assert admission_policies.names() == ["measured_capacity", "none", "overbooking", "strict"]
 
 
 @pytest.mark.parametrize("ratio", [-0.01, math.nan, math.inf])
@@ -167,3 +167,23 @@ def test_registry_refuses_a_name_twice() -> None:
 
 def test_free_is_budget_minus_committed() -> None:
     assert NodeLoad("a", 400.0, 150.0, 210.0, 0.0).free == 60.0
+
+
+def test_measured_capacity_overbooks_what_the_qos_queue_really_gets() -> None:
+    from global_manager.admission import MeasuredCapacityAdmission
+
+    a = MeasuredCapacityAdmission()
+    assert a.measures_capacity and not OverbookingAdmission().measures_capacity
+    # Unknown or below the share: the QoS share, overbooked (OverbookingAdmission's).
+    for capacity in (None, 0.0, 150.0, math.nan, -5.0):
+        assert a.budget(400.0, 0.5, capacity) == pytest.approx(210.0)
+    # Above the share: what the queue gets, overbooked; never more than the node.
+    assert a.budget(400.0, 0.5, 250.0) == pytest.approx(262.5)
+    assert a.budget(400.0, 0.5, 400.0) == pytest.approx(420.0)
+    assert a.budget(400.0, 0.5, 9e9) == pytest.approx(420.0)
+    assert MeasuredCapacityAdmission(ratio=0.0).budget(400.0, 0.5, 300.0) == 300.0
+    with pytest.raises(ValueError, match="overbooking ratio"):
+        MeasuredCapacityAdmission(ratio=-0.1)
+    # The others ignore a measured capacity.
+    assert OverbookingAdmission().budget(400.0, 0.5, 400.0) == pytest.approx(210.0)
+    assert StrictAdmission().budget(400.0, 0.5, 400.0) == 200.0

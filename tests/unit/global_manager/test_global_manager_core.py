@@ -3,6 +3,7 @@ cancel and finish releasing budget, seeded placement; the policy registry."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -226,7 +227,8 @@ def test_constructor_and_config_validation() -> None:
 def test_policy_registry() -> None:
     assert policies.names() == sorted(p.value for p in PolicyName)
     sq = get_policy("sq")
-    assert (sq.admission, sq.controller, sq.overbooking) == ("overbooking", True, 0.05)
+    assert (sq.admission, sq.controller, sq.overbooking) == ("measured_capacity", True, 0.05)
+    assert sq.admission_policy().measures_capacity
     assert sq.virtual_mode is VirtualSubtaskMode.PACED
     assert sq.controller_config.mode is ControlMode.PACE and sq.lend_paced
     paper = get_policy("sq_paper")
@@ -275,3 +277,29 @@ def test_local_job_without_subtasks_is_rejected_not_crashed() -> None:
     spec = JobSpec("x", QosClass.LOCAL, parallelism=1, total_work=10.0, total_weight=1.0, node="a")
     adm = gm().submit(spec, 0.0)
     assert not adm.admitted and "local job needs one subtask" in adm.reason
+
+
+def test_sq_admits_on_the_qos_capacity_a_node_measured_and_strict_does_not() -> None:
+    """A node whose other queues are idle gives its QoS queue the whole node (work-
+    conserving queues): sq's budget follows what the node measured, strict's stays at
+    its share; a measure that moves the budget wakes the pending queue."""
+    one = (Node("a", 400.0),)
+    g = gm("sq", one)
+    assert g.measures_capacity and not gm("strict", one).measures_capacity
+    assert g.budget("a") == pytest.approx(210.0)
+    assert g.submit(strict(8.0), 0.0).admitted  # 200 of 210
+    assert not g.submit(strict(8.0), 1.0).admitted  # 400 > 210: rejected (queue: reject)
+    g.queue.changed = False
+    assert g.observe_qos_capacity("a", 400.0)  # the node's other queues are empty
+    assert g.queue.changed
+    assert g.budget("a") == pytest.approx(420.0)
+    assert g.submit(strict(8.0), 2.0).admitted  # 400 of 420
+    assert not g.observe_qos_capacity("a", 400.0)  # the same measure: nothing moved
+    assert not g.observe_qos_capacity("a", math.nan)  # ignored
+    assert g.observe_qos_capacity("a", 100.0)
+    # Local work came: the budget falls back to the share; what runs is not touched.
+    assert g.budget("a") == pytest.approx(210.0) and g.committed["a"] == pytest.approx(400.0)
+    with pytest.raises(KeyError):
+        g.observe_qos_capacity("zz", 1.0)
+    s = gm("strict", one)
+    assert not s.observe_qos_capacity("a", 400.0) and s.budget("a") == 200.0

@@ -51,8 +51,9 @@ def test_second_job_waits_for_the_first_then_runs() -> None:
 def test_a_waiting_job_gets_its_first_start_estimate() -> None:
     # a: 100 Mcycles/s, 10000 Mcycles -> expected to run 100 s from its start at 0.
     # b arrives at 5, pending at the 10 s boundary: estimated to start at 0 + 100 = 100.
+    # (sq admitting on its share: on measured capacity, b would run beside a at once.)
     w = Workload(ONE, (job("a", 0.0, 4.0, 10_000.0), job("b", 5.0, 4.0, 10_000.0)))
-    r = simulate(w, "sq", config=WAIT)
+    r = simulate(w, get_policy("sq", admission="overbooking"), config=WAIT)
     a, b = r.jobs
     assert a.estimated_start is None  # placed in its arrival's cycle: never waited
     assert b.estimated_start == pytest.approx(100.0)

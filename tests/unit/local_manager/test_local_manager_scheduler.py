@@ -648,3 +648,45 @@ def test_a_subnormal_virtual_weight_holds_no_more_than_the_node() -> None:
     s.set_weights(("j0", 0), 0.0, 5e-324)
     r = s.step(1.0, 1.0)
     assert 0.0 <= r.virtual_idle and r.used + r.virtual_idle <= node.cpu_rate * 1.0 + 1e-6
+
+
+# --------------------------------------------------- measured QoS capacity
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    local=st.lists(st.floats(1.0, 3000.0), max_size=4),
+    best_effort=st.lists(st.floats(1.0, 3000.0), max_size=4),
+    wc=st.booleans(),
+)
+def test_the_qos_capacity_is_what_a_qos_queue_wanting_the_whole_node_gets(
+    local: list[float], best_effort: list[float], wc: bool
+) -> None:
+    """Measured before a cycle, the capacity is the QoS queue's CPU in that cycle when its
+    subtasks want the whole node (one core at 1000 MHz: one strict subtask does), whatever
+    work the other queues have left; adding strict work does not change it."""
+    s = sched(Node("n", 1000.0), wc)
+    for i, w in enumerate(local):
+        s.add(sub(f"l{i}", QosClass.LOCAL, work=w), 0.0)
+    for i, w in enumerate(best_effort):
+        s.add(sub(f"b{i}", QosClass.BEST_EFFORT, work=w), 0.0)
+    without_qos = s.qos_capacity(1.0)
+    s.add(sub("q", QosClass.STRICT), 0.0)
+    capacity = s.qos_capacity(1.0)
+    assert capacity == without_qos
+    r = s.step(1.0, 1.0)
+    assert capacity == pytest.approx(r.queue_cpu[QueueName.QOS], rel=1e-9, abs=1e-9)
+    if not wc:
+        assert capacity == pytest.approx(500.0)
+    elif not local and not best_effort:
+        assert capacity == pytest.approx(1000.0)
+
+
+def test_the_qos_capacity_is_a_rate_and_needs_a_real_cycle() -> None:
+    s = sched(Node("n", 1000.0), True)
+    s.add(sub("l", QosClass.LOCAL), 0.0)
+    # Local work alone against a QoS queue that wants the node: 0.3 / (0.3 + 0.5).
+    assert s.qos_capacity(30.0) == pytest.approx(1000.0 * 0.5 / 0.8)
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="cycle"):
+            s.qos_capacity(bad)

@@ -113,6 +113,13 @@ class Loopback:
                 return []
 
         self.gm = GlobalService(nodes, config, self.clock, Dispatch())
+        self.poll_status()
+
+    def poll_status(self) -> None:
+        """What the global manager's monitor does once a second: each node's status,
+        here its measured QoS capacity (what admission by measured capacity reads)."""
+        for name, node in self.nodes.items():
+            self.gm.observe_qos_capacity(name, node.snapshot()["qos_capacity"])
 
     def _ended(self, outcome: Any) -> None:
         self.gm.subtask_ended(outcome)
@@ -124,6 +131,7 @@ class Loopback:
             self.manual.set(b)
             for node in self.nodes.values():
                 node.tick(b)
+            self.poll_status()
             self.ctl.ingest(self.reports)
             self.reports.clear()
             self.ctl.control(b)
