@@ -76,15 +76,19 @@ class OverbookingAdmission:
 @dataclass(frozen=True, slots=True)
 class MeasuredCapacityAdmission:
     """Overbooking on what the QoS queue can really get: ``(1 + ratio)`` times the
-    larger of its share of the CPU and its measured capacity (``qos_capacity``). On
-    work-conserving queues, a node whose grid-local and best-effort queues are light
-    gives the QoS queue more than its share, and its strict subtasks run faster than their
-    expected rates; sq paces a gang at what its nodes give, so its members hold their
-    budget for less time than their expected rates say, and the budget they are admitted
-    on may count that. Queues that are not work-conserving measure just the share, so
-    this is then :class:`OverbookingAdmission`. When local work arrives later, the gang's
-    pace falls to what the node gives then, never below the QoS share's (the work of a
-    strict subtask is booked against it, ``docs/model.md``)."""
+    larger of its share of the CPU and its measured capacity (``qos_capacity``, capped at
+    the node's rate). On work-conserving queues a node whose grid-local and best-effort
+    queues are light gives the QoS queue more than its share; sq paces each gang at what
+    its nodes give, so gangs there run faster than their expected rates and the CPU
+    their caps leave can carry more strict work. Queues that are not work-conserving
+    measure just the share, so this is then :class:`OverbookingAdmission`.
+
+    The risk it takes: when local work arrives later, the node's QoS queue falls back to
+    what the split gives it (at least its share), and the gangs there are paced down to
+    that; their expected rates are then not all met at once. Measured on the live
+    defaults' matrix (``docs/decisions.md``, "Admission by measured QoS capacity"), that
+    costs less than it gains; the price moves partly to best-effort work, which no longer
+    gets the CPU the caps leave."""
 
     ratio: float = 0.05
     name: str = "measured_capacity"

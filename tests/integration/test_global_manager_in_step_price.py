@@ -47,7 +47,10 @@ def test_sq_stays_in_step_at_a_bounded_price(rows: dict[tuple[float, str], Row],
     # different nominal durations set most of it), and users wait little more.
     assert _ratio(sq.mean_run_over_nominal, strict.mean_run_over_nominal) <= 1.25
     assert _ratio(sq.mean_turnaround, strict.mean_turnaround) <= 1.25
-    # Not bought with much idle CPU: utilisation within a few points of strict's (over
-    # the whole run, so it also moves with the run's end; measured -0.034 and +0.002).
+    # Not bought with much idle CPU: utilisation within a few points of strict's. It is
+    # over the whole run, so it moves with the run's end, which a best-effort job sets
+    # here: measured -0.057 at lambda 100 s (sq's admission on measured QoS capacity
+    # gives strict work the CPU the caps used to leave to best effort, whose last job
+    # ends 11 % later; -0.034 before it) and +0.001 at 400 s.
     assert sq.utilization is not None and strict.utilization is not None
-    assert sq.utilization >= strict.utilization - 0.05
+    assert sq.utilization >= strict.utilization - 0.07
