@@ -5,7 +5,7 @@ virtual subtasks do with their share:
 
 | name | admission | controller | what a slowed subtask gives up |
 | --- | --- | --- | --- |
-| ``sq`` | 5 % overbooking of the measured QoS capacity | pace control (rate caps) | other work on its node |
+| ``sq`` | 5 % over measured QoS capacity | pace control (rate caps) | other work on its node |
 | ``strict`` | strict | off | (never slowed) — the paper's baseline |
 | ``none`` | none | off | (never slowed) |
 | ``sq_paper`` | 5 % overbooking | the paper's windows | idle (virtual subtask) |
