@@ -491,7 +491,21 @@ def test_parity_with_the_simulator(deployment: Any, capsys: Any) -> None:
     client = coalloc.connect(deployment.address)
     # Wait for a quiet grid: the earlier tests' jobs are over.
     wait_for(lambda: all(s != "running" for s in client.job_states().values()), timeout=60)
-    st = status(capsys, deployment.address)
+    # ... and the global manager has heard every node's QoS capacity since (its monitor
+    # asks once a second): the simulator starts from idle nodes, whose capacity is the
+    # whole node, and sq admits on it.
+    admission = RuntimeConfig().get_policy().admission_policy()
+
+    def idle() -> Any:
+        st = status(capsys, deployment.address)
+        full = all(
+            n["budget"] == pytest.approx(admission.budget(
+                n["speed_mhz"] * n["cores"], RuntimeConfig().qos_share,
+                n["speed_mhz"] * n["cores"]))
+            for n in st["nodes"])
+        return st if full else None
+
+    st = wait_for(idle, timeout=60)
     assert all(n["committed"] == pytest.approx(0.0, abs=1e-6) for n in st["nodes"])
     nodes = tuple(Node(n["name"], n["speed_mhz"], n["cores"]) for n in st["nodes"])
     specs = parse_document(PARITY_JOBS, "parity")
