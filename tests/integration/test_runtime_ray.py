@@ -430,6 +430,26 @@ def test_the_cli_answers_through_the_api_with_the_ray_paths_documents(
         client.cancel(job_id)
 
 
+def idle_budgets(capsys: Any, address: str) -> dict[str, Any]:
+    """Wait until the global manager budgets every node as idle (``sq`` admits on the QoS
+    capacity the nodes measure, which its monitor hears once a second: the whole node,
+    overbooked, when nothing else runs there); return that status."""
+    from runtime.config import RuntimeConfig
+
+    cfg = RuntimeConfig()
+    admission = cfg.get_policy().admission_policy()
+
+    def idle() -> Any:
+        st = status(capsys, address)
+        full = all(
+            n["budget"] == pytest.approx(admission.budget(
+                n["speed_mhz"] * n["cores"], cfg.qos_share, n["speed_mhz"] * n["cores"]))
+            for n in st["nodes"])
+        return st if full else None
+
+    return wait_for(idle, timeout=60)
+
+
 def test_bulk_cancel_by_ids_user_and_state(
     deployment: Any, capsys: Any, tmp_path: Path
 ) -> None:
@@ -439,8 +459,9 @@ def test_bulk_cancel_by_ids_user_and_state(
 
     client = coalloc.connect(deployment.address)
     long = {"qos": "strict", "overall_deviation": 100, "asynchrony": 50,
-            "subtasks": [{"work": 50000, "weight": 4}] * 3}
-    # The first takes every node's budget; the others wait.
+            "subtasks": [{"work": 50000, "weight": 8}] * 3}
+    # The first takes every node's budget (on idle nodes: the whole node); the others wait.
+    idle_budgets(capsys, deployment.address)
     jobs = write_jobs(tmp_path / "bulk.json",
                       [dict(long, name=f"bulk{i}", user=u)
                        for i, u in enumerate(["carol", "carol", "dave", "carol"])])
@@ -491,21 +512,9 @@ def test_parity_with_the_simulator(deployment: Any, capsys: Any) -> None:
     client = coalloc.connect(deployment.address)
     # Wait for a quiet grid: the earlier tests' jobs are over.
     wait_for(lambda: all(s != "running" for s in client.job_states().values()), timeout=60)
-    # ... and the global manager has heard every node's QoS capacity since (its monitor
-    # asks once a second): the simulator starts from idle nodes, whose capacity is the
-    # whole node, and sq admits on it.
-    admission = RuntimeConfig().get_policy().admission_policy()
-
-    def idle() -> Any:
-        st = status(capsys, deployment.address)
-        full = all(
-            n["budget"] == pytest.approx(admission.budget(
-                n["speed_mhz"] * n["cores"], RuntimeConfig().qos_share,
-                n["speed_mhz"] * n["cores"]))
-            for n in st["nodes"])
-        return st if full else None
-
-    st = wait_for(idle, timeout=60)
+    # ... and the global manager has heard every node's QoS capacity since: the
+    # simulator starts from idle nodes.
+    st = idle_budgets(capsys, deployment.address)
     assert all(n["committed"] == pytest.approx(0.0, abs=1e-6) for n in st["nodes"])
     nodes = tuple(Node(n["name"], n["speed_mhz"], n["cores"]) for n in st["nodes"])
     specs = parse_document(PARITY_JOBS, "parity")
