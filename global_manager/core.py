@@ -248,9 +248,19 @@ class GlobalManagerCore:
         self.queue.changed = True
         return True
 
-    def _grid(self) -> tuple[GridNode, ...]:
+    def budget_ceiling(self, node: str) -> float:
+        """The most strict expected rate ``node`` could ever carry under the policy's
+        admission (Mcycles/s): its budget with the whole node measured as QoS capacity
+        (the same as :meth:`budget` for admissions that do not measure it)."""
+        n = self.nodes[node]
+        return self.admission.budget(n.cpu_rate, self.config.qos_share, n.cpu_rate)
+
+    def _grid(self, ceiling: bool = False) -> tuple[GridNode, ...]:
+        """The nodes as placement sees them; ``ceiling``: with their budget ceilings (what
+        "could this job ever be placed" asks) instead of their budgets now."""
+        budget = self.budget_ceiling if ceiling else self.budget
         return tuple(
-            GridNode(n.name, n.cpu_rate, self.budget(n.name), self.committed[n.name],
+            GridNode(n.name, n.cpu_rate, budget(n.name), self.committed[n.name],
                      self.load[n.name], n.labels, n.name not in self.down)
             for n in self.nodes.values()
         )
@@ -318,7 +328,9 @@ class GlobalManagerCore:
         waits = strict and self.config.queue is QueueMode.WAIT
         job = self._queued(job_id, spec, now)
         if waits or any(spec.labels_of(i) for i in range(n)):
-            never = never_placeable(job, self._grid(), self.config.qos_share)
+            # Against the budget ceilings: a budget on measured capacity moves with the
+            # node's other work, and a job that fits an idle node waits for one.
+            never = never_placeable(job, self._grid(ceiling=True), self.config.qos_share)
             if never:
                 msg = "; ".join(r.message for r in never)
                 return Admission(job_id, False, msg, reasons=never)

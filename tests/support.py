@@ -84,6 +84,29 @@ def wait_for(predicate: Callable[[], T], timeout: float = 60.0, every: float = 0
     return wait_until(predicate, timeout, every, "condition not reached in time")
 
 
+def idle_budgets(capsys: Any, address: str, timeout: float = 60.0) -> Any:
+    """Wait until the global manager budgets every node of the deployment at ``address``
+    as an idle node, and return that ``status --json``. The default policy (``sq``)
+    admits on the QoS capacity each node measures, which the global manager hears once a
+    second: an idle node's budget is (1 + 0.05) x its whole rate, its QoS share's before
+    the first status. Tests that size a job to fill a node wait for this first."""
+    from runtime.config import RuntimeConfig
+
+    cfg = RuntimeConfig()
+    admission = cfg.get_policy().admission_policy()
+
+    def idle() -> Any:
+        st = cli_status(capsys, address)
+        rates = [n["speed_mhz"] * n["cores"] for n in st["nodes"]]
+        full = all(
+            abs(n["budget"] - admission.budget(r, cfg.qos_share, r)) <= 1e-6 * r
+            for n, r in zip(st["nodes"], rates)
+        )
+        return st if full else None
+
+    return wait_for(idle, timeout=timeout)
+
+
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie (psutil reads /proc)."""
     import psutil

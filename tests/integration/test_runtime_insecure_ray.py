@@ -19,7 +19,7 @@ import msgpack
 import pytest
 from prometheus_server import PrometheusServer, dashboard_queries, prometheus_binary
 from support import cli_status as status
-from support import run_cli, wait_for
+from support import idle_budgets, run_cli, wait_for
 
 from coalloc import cli
 from coallocator.messages import ProgressReport
@@ -176,9 +176,10 @@ def test_prometheus_sees_phase_difference_reports_drops_queue_and_nodes(
     prom = prometheus
     client = coalloc.connect(insecure.address)
     spec = {"qos": "strict", "overall_deviation": 100, "asynchrony": 50,
-            "subtasks": [{"work": 5000, "weight": 5} for _ in range(3)]}
-    # Weight 5 at 25 Mcycles/s per weight fills 125 of the 300 MHz node's budget of 157.5:
-    # the second job waits for the first.
+            "subtasks": [{"work": 5000, "weight": 10} for _ in range(3)]}
+    # Weight 10 at 25 Mcycles/s per weight fills 250 of the idle 300 MHz node's budget of
+    # 315 (sq admits on the measured QoS capacity): the second job waits for the first.
+    idle_budgets(capsys, insecure.address)
     running = client.submit(dict(spec, name="in-step"))
     waiting = client.submit(dict(spec, name="waits"))
     assert client.job(running)["state"] == "running"

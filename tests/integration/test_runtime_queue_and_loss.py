@@ -5,9 +5,11 @@ stops answering (SIGSTOP) is lost after ``--node-timeout`` cycles, its gang is r
 whole on the other nodes and completes, and when the manager answers again the stopped
 run is not left running there.
 
-Three emulated nodes of 300 MHz: QoS budget 150 Mcycles/s each, a weight-6 subtask at
-25 Mcycles/s per weight fills a node. No timing assertions: every wait polls with a
-deadline.
+Three emulated nodes of 300 MHz: an idle node's budget under the default ``sq`` is
+(1 + 0.05) x 300 Mcycles/s (admission on the measured QoS capacity), so a weight-12
+subtask at 25 Mcycles/s per weight fills a node; tests that rely on it wait first until
+the global manager budgets the nodes as idle. No timing assertions: every wait polls with
+a deadline.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import pytest
 from support import cli_status as status
-from support import deployed, run_cli, wait_for
+from support import deployed, idle_budgets, run_cli, wait_for
 
 from tests.integration.test_runtime_restarts import ready_of
 
@@ -49,9 +51,10 @@ def test_a_job_that_does_not_fit_is_pending_with_a_reason_and_runs_after_a_cance
 
     cluster, _ = deployment
     client = coalloc.connect(cluster.address)
-    blocker = client.submit(job("blocker", 100_000, 6))
+    idle_budgets(capsys, cluster.address)
+    blocker = client.submit(job("blocker", 100_000, 12))
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"waiter-{os.getpid()}.json"
-    path.write_text(json.dumps(job("waiter", 20, 6)))
+    path.write_text(json.dumps(job("waiter", 20, 12)))
     try:
         code, out, err = run_cli(capsys, "submit", str(path), "--address", cluster.address)
     finally:
@@ -99,8 +102,9 @@ def test_the_dashboard_shows_what_status_shows_in_a_real_browser(
     shots = Path(os.environ.get("COALLOC_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     client = coalloc.connect(cluster.address)
-    runner = client.submit(job("dash-run", 100_000, 6))
-    waiter = client.submit(job("dash-wait", 20, 6))
+    idle_budgets(capsys, cluster.address)
+    runner = client.submit(job("dash-run", 100_000, 12))
+    waiter = client.submit(job("dash-wait", 20, 12))
     try:
         code, out, err = run_cli(capsys, "dashboard", "--address", cluster.address)
         assert code == 0, err

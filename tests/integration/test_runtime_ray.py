@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from ntp_responder import NtpResponder
 from support import cli_status as status
-from support import pid_alive, run_cli, wait_for
+from support import idle_budgets, pid_alive, run_cli, wait_for
 
 from coalloc import cli
 from coallocator.messages import ProgressReport
@@ -428,26 +428,6 @@ def test_the_cli_answers_through_the_api_with_the_ray_paths_documents(
         assert client.job(job_id)["state"] == "running"  # still serving
     finally:
         client.cancel(job_id)
-
-
-def idle_budgets(capsys: Any, address: str) -> dict[str, Any]:
-    """Wait until the global manager budgets every node as idle (``sq`` admits on the QoS
-    capacity the nodes measure, which its monitor hears once a second: the whole node,
-    overbooked, when nothing else runs there); return that status."""
-    from runtime.config import RuntimeConfig
-
-    cfg = RuntimeConfig()
-    admission = cfg.get_policy().admission_policy()
-
-    def idle() -> Any:
-        st = status(capsys, address)
-        full = all(
-            n["budget"] == pytest.approx(admission.budget(
-                n["speed_mhz"] * n["cores"], cfg.qos_share, n["speed_mhz"] * n["cores"]))
-            for n in st["nodes"])
-        return st if full else None
-
-    return wait_for(idle, timeout=60)
 
 
 def test_bulk_cancel_by_ids_user_and_state(

@@ -303,3 +303,24 @@ def test_sq_admits_on_the_qos_capacity_a_node_measured_and_strict_does_not() -> 
         g.observe_qos_capacity("zz", 1.0)
     s = gm("strict", one)
     assert not s.observe_qos_capacity("a", 400.0) and s.budget("a") == 200.0
+
+
+def test_a_job_that_fits_only_an_idle_node_waits_under_sq_and_is_rejected_under_strict() -> None:
+    """"Could it ever be placed" is asked against the budget ceiling: under measured
+    capacity an idle node takes (1 + 0.05) x its whole rate, so a job above the share
+    waits (queue: wait) for the local work to leave; strict's ceiling is its share."""
+    one = (Node("a", 400.0),)
+    big = strict(12.0)  # 300 Mcycles/s: above the share's 210, within the node's 420
+    g = GlobalManagerCore(one, get_policy("sq"), GlobalConfig(25.0, 0.5, queue="wait"))
+    assert g.budget_ceiling("a") == pytest.approx(420.0)
+    g.observe_qos_capacity("a", 250.0)  # local work holds the rest of the node
+    adm = g.submit(big, 0.0)
+    assert adm.pending and not adm.admitted
+    assert not g.place_pending(30.0).placed  # 300 > 1.05 x 250
+    g.observe_qos_capacity("a", 400.0)  # the local work left
+    (placed,) = g.place_pending(60.0).placed
+    assert placed.job_id == adm.job_id and g.committed["a"] == pytest.approx(300.0)
+    s = GlobalManagerCore(one, get_policy("strict"), GlobalConfig(25.0, 0.5, queue="wait"))
+    assert s.budget_ceiling("a") == 200.0
+    rejected = s.submit(big, 0.0)
+    assert not rejected.admitted and not rejected.pending and rejected.reasons
