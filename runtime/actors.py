@@ -474,11 +474,13 @@ class GlobalManagerActor:
 
     def _queue_loop(self) -> None:
         """Every cycle: a placement cycle of the pending queue (cheap when nothing
-        changed: the core skips it)."""
+        changed: the core skips it), then the finished jobs past their retention move to
+        the archive (cheap: a heap of when each may leave)."""
         every = max(self.config.real_cycle, 0.05)
         while not self._stop.wait(every):
             try:
                 self.service.place_pending()
+                self.service.archive_finished()
             except Exception:  # noqa: BLE001 - logged; the next cycle tries again
                 log.exception("placement cycle failed")
 

@@ -25,7 +25,7 @@ journal gets the recorded answers instead of a second admission (at most once).
 
 from __future__ import annotations
 
-import json
+import heapq
 import logging
 import random
 import threading
@@ -39,19 +39,38 @@ from typing import Any, Protocol
 from global_manager.core import GlobalManagerCore, QueueMode
 from global_manager.engine import start_run
 from runtime.config import RuntimeConfig
+from runtime.journal import Journal, journal_files
 from runtime.metrics import NullGlobalMetrics, QueueGauges
 from runtime.timebase import ModelClock, boundary_at_or_after
-from workloads.atomic import atomic_write_json
 from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase, initial_pace_of
 from workloads.model import EndPolicy, JobPhase, JobSpec, Node, QosClass, Subtask
 from workloads.spec import DEFAULT_USER, job_to_dict, parse_job
 
 log = logging.getLogger("coalloc.runtime")
 
-#: Version of the journal file's layout.
-JOURNAL_VERSION = 2
+#: Version of the journal's records (its ``meta`` table's ``version``).
+JOURNAL_VERSION = 3
+#: The journal's tables (:class:`runtime.journal.Journal`), each keyed by id: ``meta``
+#: (the core's :data:`CORE_STATE_KEYS`, ``version``, ``lost``, ``counters``), ``jobs``
+#: (the job table), ``core_jobs``, ``pending`` and ``closed`` (the core's placed, pending
+#: and closed jobs), ``tokens`` (submission answers) and ``archive`` (finished jobs past
+#: their retention, as status shows them).
+JOURNAL_TABLES = ("meta", "jobs", "core_jobs", "pending", "closed", "tokens", "archive")
+#: The keys of :meth:`GlobalManagerCore.snapshot_state`.
+CORE_STATE_KEYS = ("next_id", "seq", "rng", "committed", "load", "user_held", "down", "drain")
 #: How many submission tokens (with their answers) the journal keeps for retries.
 TOKENS_KEPT = 256
+
+
+def read_journal(path: Path) -> dict[str, dict[str, Any]]:
+    """The tables of the global manager's journal at ``path`` (:data:`JOURNAL_TABLES`,
+    each ``{id: record}``), for inspection; :class:`runtime.journal.JournalUnreadable` if
+    it is not one."""
+    journal = Journal(path, JOURNAL_TABLES)
+    try:
+        return journal.load()
+    finally:
+        journal.close()
 
 
 class Dispatch(Protocol):
@@ -193,44 +212,121 @@ class GlobalService:
         self.recovered = False
         self.journal_error: str | None = None
         self._lock = threading.RLock()
-        if journal is not None and journal.exists():
-            self._recover(journal)
+        #: Finished jobs stay in the job table this long (model s), then move to the
+        #: journal's archive (``status --all``).
+        self.keep_finished = config.keep_finished_s * config.time_scale
+        #: Jobs changed since the last journal write (what :meth:`_persist` writes), in
+        #: the order they were first changed (new jobs: in the order they were made).
+        self._dirty: dict[str, None] = {}
+        self._dirty_tokens: set[str] = set()
+        #: The core's record of each placed job as last written (a new record, after a
+        #: requeue, is written at the end, where the core keeps it), and the order of the
+        #: placements since the last write (the core keeps its records in that order).
+        self._core_written: dict[str, object] = {}
+        self._placements: dict[str, int] = {}
+        #: (model s it may leave the table, job id) of finished jobs, a heap.
+        self._leaving: list[tuple[float, str]] = []
+        #: Archived jobs when there is no journal (their status records, by id).
+        self._archived: dict[str, dict[str, Any]] = {}
+        self._journal: Journal | None = None
+        if journal is not None:
+            self._open_journal(journal)
 
     # -------------------------------------------------------------- persistence
     def _persist(self) -> None:
-        """Write the job table and the core's state to the journal (caller holds the
-        lock). A failed write propagates: nothing is acted on that is not recorded."""
-        if self.journal is None:
+        """Write what changed since the last write (the core's counters, RNG, rates and
+        holdings, lost nodes, counters, and every changed job and token) to the journal
+        in one transaction (caller holds the lock). A failed write propagates: nothing is
+        acted on that is not recorded (what it would have written is written by the next
+        one)."""
+        dirty, self._dirty = self._dirty, {}
+        tokens, self._dirty_tokens = self._dirty_tokens, set()
+        for job_id in dirty:
+            info = self.jobs.get(job_id)
+            if info is not None and info.state.final:
+                heapq.heappush(self._leaving, (self._ended_at(info) + self.keep_finished,
+                                               job_id))
+        j = self._journal
+        if j is None:
             return
-        atomic_write_json(
-            self.journal,
-            {
-                "version": JOURNAL_VERSION,
-                "core": self.core.snapshot(),
-                "jobs": [info.to_record() for info in self.jobs.values()],
-                "tokens": self.tokens,
-                "lost": self.lost,
-                "counters": self.counters,
-            },
-        )
-
-    def _recover(self, path: Path) -> None:
-        """Recover from the journal. One that cannot be read (a disk error, a hand edit,
-        another version) is moved aside as ``<name>.corrupt-<ms>`` and the service starts
-        empty, saying so in ``journal_error`` (shown by status), rather than failing every
-        restart."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("version") != JOURNAL_VERSION:
-                raise ValueError(f"version: unknown journal version {data.get('version')!r}")
-            self.core.restore(data["core"])
-            self.jobs = {d["job_id"]: JobInfo.from_record(d) for d in data["jobs"]}
-            self.tokens = {str(k): list(v) for k, v in data.get("tokens", {}).items()}
-            self.lost = {str(k): str(v) for k, v in data.get("lost", {}).items()}
-            self.counters.update({str(k): int(v) for k, v in data.get("counters", {}).items()})
+            for key, value in self.core.snapshot_state().items():
+                j.put("meta", key, value)
+            j.put("meta", "version", JOURNAL_VERSION)
+            j.put("meta", "lost", self.lost)
+            j.put("meta", "counters", self.counters)
+            placed = [job_id for job_id in dirty if self._write_job(j, job_id)]
+            placed.sort(key=lambda job_id: self._placements.get(job_id, 0))
+            for job_id in placed:
+                j.delete("core_jobs", job_id)  # a new record goes to the end
+                j.put("core_jobs", job_id, self.core.snapshot_job(job_id))
+                self._core_written[job_id] = self.core.jobs[job_id]
+            for token in tokens:
+                if token in self.tokens:
+                    j.put("tokens", token, self.tokens[token])
+                else:
+                    j.delete("tokens", token)
+            j.commit()
+            self._placements.clear()
+        except BaseException:
+            j.rollback()
+            self._dirty.update(dirty)
+            self._dirty_tokens |= tokens
+            for job_id in dirty:  # where the core's record stands is not known now
+                self._core_written.pop(job_id, None)
+            raise
+
+    def _mark(self, job_id: str) -> None:
+        """Job ``job_id`` changed: the next :meth:`_persist` writes it."""
+        self._dirty.setdefault(job_id, None)
+
+    def _write_job(self, j: Journal, job_id: str) -> bool:
+        """Stage job ``job_id``'s rows: the job table's record and the core's (placed,
+        pending or closed), each deleted where the job has none. True if the core's
+        record is new (placed since it was last written): the caller writes it, in the
+        order of the placements."""
+        info = self.jobs.get(job_id)
+        if info is None:
+            j.delete("jobs", job_id)
+        else:
+            j.put("jobs", job_id, info.to_record())
+        rec = self.core.jobs.get(job_id)
+        if rec is None:
+            self._core_written.pop(job_id, None)
+            j.delete("core_jobs", job_id)
+        elif self._core_written.get(job_id) is rec:
+            j.put("core_jobs", job_id, self.core.snapshot_job(job_id))
+        pending = self.core.snapshot_pending(job_id)
+        if pending is None:
+            j.delete("pending", job_id)
+        else:
+            j.put("pending", job_id, pending)
+        closed = self.core.closed.get(job_id)
+        if closed is None:
+            j.delete("closed", job_id)
+        else:
+            j.put("closed", job_id, closed.value)
+        return rec is not None and self._core_written.get(job_id) is not rec
+
+    def _open_journal(self, path: Path) -> None:
+        """Open the journal, recovering from it if it holds a table. One that cannot be
+        read (a disk error, a hand edit, another version) is moved aside as
+        ``<name>.corrupt-<ms>`` (with its WAL files) and the service starts empty, saying
+        so in ``journal_error`` (shown by status), rather than failing every restart."""
+        journal: Journal | None = None
+        try:
+            journal = Journal(path, JOURNAL_TABLES, dedupe=("meta",))
+            data = journal.load()
+            if data["meta"]:
+                self._recover(data)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            aside = path.with_name(f"{path.name}.corrupt-{int(time.time() * 1000)}")
-            path.replace(aside)
+            if journal is not None:
+                journal.close()
+            stamp = int(time.time() * 1000)
+            aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+            for f in journal_files(path):
+                if f.exists():
+                    f.replace(f.with_name(f"{aside.name}{f.name[len(path.name):]}"))
             self.journal_error = (
                 f"{path}: unreadable journal ({type(exc).__name__}: {exc}); moved to {aside}, "
                 "started with an empty job table"
@@ -240,15 +336,99 @@ class GlobalService:
                 self.nodes, self.policy, self.core.config, random.Random(self.config.seed)
             )
             self.jobs, self.tokens, self.lost = {}, {}, {}
-            return
+            self._core_written, self._leaving = {}, []
+            self.recovered = False
+            journal = Journal(path, JOURNAL_TABLES, dedupe=("meta",))
+        self._journal = journal
+
+    def _recover(self, data: Mapping[str, Mapping[str, Any]]) -> None:
+        """Rebuild the core and the job table from the journal's tables."""
+        meta = data["meta"]
+        if meta.get("version") != JOURNAL_VERSION:
+            raise ValueError(f"version: unknown journal version {meta.get('version')!r}")
+        snap = {k: meta[k] for k in CORE_STATE_KEYS}
+        snap["closed"] = dict(data["closed"])
+        snap["jobs"] = list(data["core_jobs"].values())
+        snap["pending"] = sorted(data["pending"].values(), key=lambda r: int(r["seq"]))
+        self.core.restore(snap)
+        self.jobs = {str(k): JobInfo.from_record(d) for k, d in data["jobs"].items()}
+        self.tokens = {str(k): list(v) for k, v in data["tokens"].items()}
+        self.lost = {str(k): str(v) for k, v in meta.get("lost", {}).items()}
+        self.counters.update({str(k): int(v) for k, v in meta.get("counters", {}).items()})
+        self._core_written = dict(self.core.jobs)
+        self._leaving = [(self._ended_at(i) + self.keep_finished, i.job_id)
+                         for i in self.jobs.values() if i.state.final]
+        heapq.heapify(self._leaving)
         self.recovered = True
         log.warning(
             "global manager recovered %d jobs (%d running, %d pending) from %s",
             len(self.jobs),
             sum(1 for j in self.jobs.values() if j.state is JobPhase.RUNNING),
             sum(1 for j in self.jobs.values() if j.state is JobPhase.PENDING),
-            path,
+            self.journal,
         )
+
+    def close(self) -> None:
+        """Close the journal (the service is not used after this)."""
+        with self._lock:
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+
+    # ------------------------------------------------------------------ retention
+    @staticmethod
+    def _ended_at(info: JobInfo) -> float:
+        """Model s a finished job ended (a job rejected at once: its submission)."""
+        return info.finished_at if info.finished_at is not None else info.submitted_at
+
+    def archive_finished(self) -> int:
+        """Move the jobs that finished more than ``keep_finished`` ago out of the job
+        table into the journal's archive (read by ``status --all`` and by id). Returns
+        how many moved."""
+        with self._lock:
+            now = self.clock.now()
+            moved: list[JobInfo] = []
+            while self._leaving and self._leaving[0][0] <= now:
+                _, job_id = heapq.heappop(self._leaving)
+                info = self.jobs.get(job_id)
+                if info is None or not info.state.final or \
+                        self._ended_at(info) + self.keep_finished > now:
+                    continue
+                moved.append(info)
+            if not moved:
+                return 0
+            for info in moved:
+                record = info.to_dict()
+                del self.jobs[info.job_id]
+                self.core.forget(info.job_id)
+                for run in {info.run_id or info.job_id, info.job_id}:
+                    for s in info.subtasks:
+                        self.progress.pop((run, s["index"]), None)
+                if self._journal is None:
+                    self._archived[info.job_id] = record
+                else:
+                    self._journal.put("archive", info.job_id, record)
+                self._mark(info.job_id)
+            self._persist()
+            log.info("%d finished jobs archived (kept %.6g model s)", len(moved),
+                     self.keep_finished)
+            return len(moved)
+
+    def archived(self, job_id: str) -> dict[str, Any] | None:
+        """The record of an archived job (None: not archived)."""
+        with self._lock:
+            if self._journal is None:
+                rec = self._archived.get(job_id)
+                return None if rec is None else dict(rec)
+            value = self._journal.get("archive", job_id)
+            return dict(value) if isinstance(value, dict) else None
+
+    def archived_jobs(self) -> list[dict[str, Any]]:
+        """Every archived job's record, oldest archived first."""
+        with self._lock:
+            if self._journal is None:
+                return [dict(r) for r in self._archived.values()]
+            return [dict(r) for r in self._journal.values("archive")]
 
     # ------------------------------------------------------------------ helpers
     def _info_of_run(self, run_id: str) -> JobInfo | None:
@@ -485,6 +665,7 @@ class GlobalService:
                     queued_at=now if adm.pending else None,
                 )
                 self.jobs[adm.job_id] = info
+                self._mark(adm.job_id)
                 ids.append(adm.job_id)
                 if adm.admitted:
                     self._placed(info, adm.subtasks, start)
@@ -493,8 +674,11 @@ class GlobalService:
             out = [self._answer(self.jobs[j]) for j in ids]
             if token is not None:
                 self.tokens[token] = out
+                self._dirty_tokens.add(token)
                 while len(self.tokens) > TOKENS_KEPT:
-                    del self.tokens[next(iter(self.tokens))]
+                    oldest = next(iter(self.tokens))
+                    del self.tokens[oldest]
+                    self._dirty_tokens.add(oldest)
             self._persist()  # write-ahead: recorded before it is dispatched
             for info, subtasks in placed:
                 self._dispatch(info, subtasks, start)
@@ -503,6 +687,7 @@ class GlobalService:
                 out = after
                 if token is not None:
                     self.tokens[token] = out
+                    self._dirty_tokens.add(token)
                 self._persist()
         return [dict(a) for a in out]
 
@@ -548,6 +733,7 @@ class GlobalService:
         for adm in cyc.expired:
             info = self.jobs[adm.job_id]
             info.state = JobPhase.EXPIRED
+            self._mark(info.job_id)
             info.reason = adm.reason
             info.finished_at = self.clock.now()
         out = []
@@ -558,6 +744,8 @@ class GlobalService:
         return out, bool(cyc.expired)
 
     def _placed(self, info: JobInfo, subtasks: tuple[Subtask, ...], start: float) -> None:
+        self._mark(info.job_id)
+        self._placements[info.job_id] = len(self._placements) + 1
         info.state = JobPhase.RUNNING
         info.reason = ""
         info.start_at = start
@@ -608,6 +796,7 @@ class GlobalService:
             start_run(registration, subs, register, place)
         except DispatchFailed as failed:
             self.counters["dispatch_failed"] += 1
+            self._mark(info.job_id)
             self.dispatch.cancel(run_id, reached, f"dispatch failed: {failed}")
             if failed.node is not None:
                 self.core.set_node_down(failed.node)
@@ -636,6 +825,7 @@ class GlobalService:
             info = self._info_of_run(outcome.job_id)
             if info is None or outcome.index in info.outcomes:
                 return
+            self._mark(info.job_id)
             info.outcomes[outcome.index] = {
                 "state": outcome.state.value,
                 "finish_time": outcome.finish_time,
@@ -660,6 +850,7 @@ class GlobalService:
         every member stops, budgets return, then a requeue (remaining work, on a new
         placement) or a failure. Returns (run id, nodes to stop, reason) for
         :meth:`_send_stops`, done after the lock is released."""
+        self._mark(info.job_id)
         spec = self._spec(info)
         run_id = info.run_id or info.job_id
         now = self.clock.now()
@@ -769,6 +960,7 @@ class GlobalService:
                     continue
                 running = self.core.cancel(job_id)
                 info.state = JobPhase.CANCELLED
+                self._mark(job_id)
                 info.finished_at = now
                 changed = True
                 if was == JobPhase.RUNNING.value:
