@@ -36,6 +36,7 @@ from runtime.config import (
 )
 from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
+from runtime.journal import journal_files
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
 from workloads.messages import JobRegistration, SubtaskOutcome
@@ -640,8 +641,10 @@ class GlobalManagerActor:
             self.api.close()
             self.api = None
         journal = self.info.get("gm_journal")
+        self.service.close()
         if journal:
-            Path(journal).unlink(missing_ok=True)
+            for path in journal_files(Path(journal)):
+                path.unlink(missing_ok=True)
         self.real.close()
         return True
 
