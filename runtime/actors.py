@@ -604,11 +604,13 @@ class GlobalManagerActor:
         """What a restarted controller tracks again (see ``GlobalService``)."""
         return self.service.controller_jobs()
 
-    def status(self, job_id: str | None = None) -> dict[str, Any]:
-        """Jobs, subtasks, nodes, virtual clocks, phase differences and counters."""
+    def status(self, job_id: str | None = None, all_jobs: bool = False) -> dict[str, Any]:
+        """Jobs, subtasks, nodes, virtual clocks, phase differences and counters.
+        ``job_id``: only that job (also when archived); ``all_jobs``: the archived jobs
+        (finished past ``keep_finished_s``) too."""
         import ray
 
-        desc = self.service.describe()
+        desc = self.service.describe(job_id, archived=all_jobs)
         names = list(self.local_managers)
         refs = [self.local_managers[n].status.remote() for n in names]
         ctl_ref = self.controller.status.remote()

@@ -941,7 +941,13 @@ class GlobalService:
             for job_id in ids:
                 info = self.jobs.get(job_id)
                 if info is None:
-                    out.append({"job_id": job_id, "result": "unknown job id"})
+                    old = self.archived(job_id)
+                    if old is None:
+                        out.append({"job_id": job_id, "result": "unknown job id"})
+                    else:
+                        out.append({"job_id": job_id, "name": old["name"], "user": old["user"],
+                                    "was": old["state"], "state": old["state"],
+                                    "result": f"already {old['state']}"})
                     continue
                 was = info.state.value
                 skip = []
@@ -1014,14 +1020,23 @@ class GlobalService:
         return d
 
     def job(self, job_id: str) -> dict[str, Any] | None:
+        """Job ``job_id``'s record, from the job table or the archive (None: unknown)."""
         with self._lock:
             info = self.jobs.get(job_id)
-            return self._with_reasons(info) if info is not None else None
+            return self._with_reasons(info) if info is not None else self.archived(job_id)
 
     def job_states(self, job_ids: Iterable[str] | None = None) -> dict[str, str]:
+        """Each job's state (None: every job in the job table; named jobs are looked up
+        in the archive too)."""
         with self._lock:
-            ids = list(self.jobs) if job_ids is None else list(job_ids)
-            return {j: self.jobs[j].state.value for j in ids if j in self.jobs}
+            if job_ids is None:
+                return {j: i.state.value for j, i in self.jobs.items()}
+            out = {}
+            for j in job_ids:
+                rec = self.jobs[j].to_dict() if j in self.jobs else self.archived(j)
+                if rec is not None:
+                    out[j] = str(rec["state"])
+            return out
 
     def queue(self) -> list[dict[str, Any]]:
         """Pending and running jobs, pending first in the order they would be placed
@@ -1046,9 +1061,10 @@ class GlobalService:
                     "estimated_start_time")})
             return out
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, job_id: str | None = None, archived: bool = False) -> dict[str, Any]:
         """Jobs and nodes (budgets, committed rates, health) without the other actors'
-        views."""
+        views. ``job_id``: only that job (from the archive if it is there); ``archived``:
+        the archived jobs too, after those of the job table."""
         with self._lock:
             now = self.clock.now()
             nodes = [
@@ -1068,7 +1084,13 @@ class GlobalService:
                 for n in self.nodes
             ]
             starts = self.start_estimates()
-            jobs = [self._with_reasons(info, starts) for info in self.jobs.values()]
+            if job_id is None:
+                jobs = [self._with_reasons(info, starts) for info in self.jobs.values()]
+                if archived:
+                    jobs += self.archived_jobs()
+            else:
+                one = self.job(job_id)
+                jobs = [] if one is None else [one]
         return {
             "policy": self.policy.name,
             "queue": self.core.config.queue.value,
