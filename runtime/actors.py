@@ -490,7 +490,8 @@ class GlobalManagerActor:
         for its status at once, and wait at most :data:`STATUS_TIMEOUT_S` for the lot.
         An answer marks the node alive and is reconciled with the job table (ended
         subtasks whose notifications were lost, work done, runs to stop there); then
-        silent nodes become stale, and lost after ``node_timeout`` cycles."""
+        silent nodes become stale, and lost after ``node_timeout`` cycles; last, the
+        journal's log is folded into its file."""
         import ray
 
         wait = 0.0 if self.service.recovered else MONITOR_S
@@ -524,6 +525,10 @@ class GlobalManagerActor:
                 self.metrics.state(self.service.gauges())
             except Exception:  # noqa: BLE001
                 log.exception("node check failed")
+            try:
+                self.service.checkpoint_journal()  # off the writers' path
+            except Exception:  # noqa: BLE001 - a journal write checkpoints in the end
+                log.exception("journal checkpoint failed")
 
     def ready(self) -> dict[str, Any]:
         return {

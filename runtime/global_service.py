@@ -13,19 +13,22 @@ time): the job's subtasks start at ``b`` on every node, the controller tracks it
 (one ``submit`` call) shares one ``b`` and is admitted in order, so the same batch makes
 the same decisions as the simulator given the same node loads.
 
-Persistence (write-ahead). Given a ``journal`` path, the service writes its job table and
-the core's state (committed and load rates, RNG, job ids) to that file atomically
-(:mod:`workloads.atomic`: temporary file, fsync, rename) after every change and before
-the change is acted on or answered: an admitted job is written before it is dispatched,
-a cancellation before the nodes are told, a subtask outcome before anyone can read it.
-A service built over an existing journal recovers from it (a restarted global manager).
-A submission may carry a client token; a retried submission with a token already in the
-journal gets the recorded answers instead of a second admission (at most once).
+Persistence (write-ahead). Given a ``journal`` path, the service records what changed
+(the changed jobs' rows, the core's state: committed and load rates, user holdings, RNG,
+job ids) in that journal (:mod:`runtime.journal`, sqlite in WAL mode), one transaction
+after every change and before the change is acted on or answered: an admitted job is
+written before it is dispatched, a cancellation before the nodes are told, a subtask
+outcome before anyone can read it. A service built over an existing journal recovers
+from it (a restarted global manager). A submission may carry a client token; a retried
+submission with a token already in the journal gets the recorded answers instead of a
+second admission (at most once). Finished jobs move to the journal's archive after
+``keep_finished_s`` (:meth:`GlobalService.archive_finished`).
 """
 
 from __future__ import annotations
 
 import heapq
+import json
 import logging
 import random
 import threading
@@ -34,12 +37,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from global_manager.core import GlobalManagerCore, QueueMode
 from global_manager.engine import start_run
 from runtime.config import RuntimeConfig
-from runtime.journal import Journal, journal_files
+from runtime.journal import Journal, Sync, journal_files
 from runtime.metrics import NullGlobalMetrics, QueueGauges
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase, initial_pace_of
@@ -56,6 +59,9 @@ JOURNAL_VERSION = 3
 #: and closed jobs), ``tokens`` (submission answers) and ``archive`` (finished jobs past
 #: their retention, as status shows them).
 JOURNAL_TABLES = ("meta", "jobs", "core_jobs", "pending", "closed", "tokens", "archive")
+#: Log pages (4 KiB) after which a journal write folds the log into the file itself;
+#: normally :meth:`GlobalService.checkpoint_journal` does it first, off the writer's path.
+JOURNAL_AUTOCHECKPOINT_PAGES = 8192
 #: The keys of :meth:`GlobalManagerCore.snapshot_state`.
 CORE_STATE_KEYS = ("next_id", "seq", "rng", "committed", "load", "user_held", "down", "drain")
 #: How many submission tokens (with their answers) the journal keeps for retries.
@@ -171,6 +177,11 @@ class GlobalService:
     """Admission, the pending queue, placement, node health and the job table of the
     live runtime. Thread-safe."""
 
+    #: How far a journal write is durable: ``NORMAL``, it survives this process's crash,
+    #: the failure the journal is read after (a Ray restart of the actor in the same
+    #: cluster; docs/decisions.md, "A journal whose writes cost what changed").
+    journal_sync: ClassVar[Sync] = Sync.NORMAL
+
     def __init__(
         self,
         nodes: list[Node],
@@ -212,6 +223,7 @@ class GlobalService:
         self.recovered = False
         self.journal_error: str | None = None
         self._lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()
         #: Finished jobs stay in the job table this long (model s), then move to the
         #: journal's archive (``status --all``).
         self.keep_finished = config.keep_finished_s * config.time_scale
@@ -308,14 +320,31 @@ class GlobalService:
             j.put("closed", job_id, closed.value)
         return rec is not None and self._core_written.get(job_id) is not rec
 
+    def _write_all(self) -> None:
+        """Write the whole table into the (empty) journal, in one transaction."""
+        for job_id in self.jobs:
+            self._mark(job_id)
+        for job_id in self.core.jobs:
+            self._mark(job_id)
+        self._placements = {job_id: i for i, job_id in enumerate(self.core.jobs)}
+        self._dirty_tokens.update(self.tokens)
+        self._persist()
+
     def _open_journal(self, path: Path) -> None:
         """Open the journal, recovering from it if it holds a table. One that cannot be
         read (a disk error, a hand edit, another version) is moved aside as
         ``<name>.corrupt-<ms>`` (with its WAL files) and the service starts empty, saying
-        so in ``journal_error`` (shown by status), rather than failing every restart."""
+        so in ``journal_error`` (shown by status), rather than failing every restart. A
+        whole-file JSON journal of the version before (a manager restarted on newer code)
+        is read, kept as ``<name>.v2-<ms>``, and its table written into a new journal."""
         journal: Journal | None = None
+        imported = False
         try:
-            journal = Journal(path, JOURNAL_TABLES, dedupe=("meta",))
+            if path.is_file() and path.read_bytes()[:1] == b"{":
+                self._import_json_journal(path)
+                imported = True
+            journal = Journal(path, JOURNAL_TABLES, ("meta",), self.journal_sync,
+                              JOURNAL_AUTOCHECKPOINT_PAGES)
             data = journal.load()
             if data["meta"]:
                 self._recover(data)
@@ -338,8 +367,30 @@ class GlobalService:
             self.jobs, self.tokens, self.lost = {}, {}, {}
             self._core_written, self._leaving = {}, []
             self.recovered = False
-            journal = Journal(path, JOURNAL_TABLES, dedupe=("meta",))
+            journal = Journal(path, JOURNAL_TABLES, ("meta",), self.journal_sync,
+                              JOURNAL_AUTOCHECKPOINT_PAGES)
+            imported = False
         self._journal = journal
+        if imported:
+            self._write_all()
+
+    def _import_json_journal(self, path: Path) -> None:
+        """Recover from a whole-file JSON journal (version 2), then move it aside."""
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("version") != 2:
+            raise ValueError(f"version: unknown journal version {data.get('version')!r}")
+        self.core.restore(data["core"])
+        self.jobs = {d["job_id"]: JobInfo.from_record(d) for d in data["jobs"]}
+        self.tokens = {str(k): list(v) for k, v in data.get("tokens", {}).items()}
+        self.lost = {str(k): str(v) for k, v in data.get("lost", {}).items()}
+        self.counters.update({str(k): int(v) for k, v in data.get("counters", {}).items()})
+        self._leaving = [(self._ended_at(i) + self.keep_finished, i.job_id)
+                         for i in self.jobs.values() if i.state.final]
+        heapq.heapify(self._leaving)
+        path.replace(path.with_name(f"{path.name}.v2-{int(time.time() * 1000)}"))
+        self.recovered = True
+        log.warning("global manager recovered %d jobs from %s (a version 2 journal, kept "
+                    "beside it)", len(self.jobs), path)
 
     def _recover(self, data: Mapping[str, Mapping[str, Any]]) -> None:
         """Rebuild the core and the job table from the journal's tables."""
@@ -368,9 +419,16 @@ class GlobalService:
             self.journal,
         )
 
+    def checkpoint_journal(self) -> int:
+        """Fold the journal's log into its file (the actor's monitor loop calls this
+        every second), outside the lock: journal writes go on meanwhile, and no write
+        pays for a checkpoint. Returns the log's length in pages (0: no journal)."""
+        with self._checkpoint_lock:
+            return 0 if self._journal is None else self._journal.checkpoint()
+
     def close(self) -> None:
         """Close the journal (the service is not used after this)."""
-        with self._lock:
+        with self._checkpoint_lock, self._lock:
             if self._journal is not None:
                 self._journal.close()
                 self._journal = None

@@ -1,11 +1,10 @@
 """The global manager's journal: keyed JSON records in named tables, in one sqlite file.
 
 A write costs what changed: :meth:`Journal.put` and :meth:`Journal.delete` touch one row
-each, and :meth:`Journal.commit` makes the lot durable in one transaction (sqlite in WAL
-mode with ``synchronous=FULL``: the commit is fsync-ed to the write-ahead log before it
-returns, as the whole-file rewrite it replaces fsync-ed its file; docs/decisions.md, "A
-journal whose writes cost what changed"). Nothing written since the last commit survives
-a crash or a :meth:`Journal.rollback`.
+each, and :meth:`Journal.commit` records the lot in one transaction (sqlite in WAL mode;
+how far a commit is durable is :class:`Sync`, ``NORMAL`` by default: it survives the
+process's crash; docs/decisions.md, "A journal whose writes cost what changed"). Nothing
+written since the last commit survives a crash or a :meth:`Journal.rollback`.
 
 Each table behaves as an ordered ``dict``: :meth:`Journal.load` gives its rows in the
 order their keys were first put; putting an existing key keeps its place, deleting a key
@@ -27,6 +26,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterable
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,18 @@ from typing import Any
 SCHEMA_VERSION = 3
 #: The sidecar files sqlite keeps beside the journal in WAL mode.
 SIDECARS = ("-wal", "-shm")
+
+
+class Sync(str, Enum):
+    """How far :meth:`Journal.commit` makes a transaction durable (sqlite's
+    ``synchronous`` in WAL mode). ``NORMAL``: written to the log before commit returns,
+    so it survives the process's crash (the failure a restarted global manager recovers
+    from); the log is fsync-ed at each checkpoint, so an OS crash or a power loss may
+    lose the last transactions, never corrupt the file. ``FULL``: also fsync-ed at every
+    commit (survives a power loss; costs the disk's fsync per change)."""
+
+    NORMAL = "NORMAL"
+    FULL = "FULL"
 
 
 class JournalUnreadable(ValueError):
@@ -49,10 +61,20 @@ class Journal:
     """An open journal (see the module docstring). Not thread-safe: the caller serialises
     (the global manager holds its lock)."""
 
-    def __init__(self, path: Path, tables: Iterable[str], dedupe: Iterable[str] = ()) -> None:
-        """Open (creating if missing, 0600) the journal at ``path`` with ``tables``.
-        Raises :class:`JournalUnreadable` if the file is not a readable journal."""
+    def __init__(
+        self, path: Path, tables: Iterable[str], dedupe: Iterable[str] = (),
+        sync: Sync = Sync.NORMAL, autocheckpoint_pages: int = 1000,
+    ) -> None:
+        """Open (creating if missing, 0600) the journal at ``path`` with ``tables``;
+        ``sync``: how far a commit is made durable (:class:`Sync`);
+        ``autocheckpoint_pages``: a commit that leaves the log longer than this many
+        pages (4 KiB each) folds it into the file itself, on the writer's time (sqlite's
+        ``wal_autocheckpoint``; :meth:`checkpoint` does it from another thread). Raises
+        :class:`JournalUnreadable` if the file is not a readable journal."""
         self.path = path
+        self.sync = Sync(sync)
+        self.autocheckpoint_pages = int(autocheckpoint_pages)
+        self._checkpointer: sqlite3.Connection | None = None
         self.tables = tuple(tables)
         if not self.tables or any(not t.isidentifier() for t in self.tables):
             raise ValueError(f"tables: expected identifiers, got {self.tables!r}")
@@ -96,7 +118,8 @@ class Journal:
             if missing:
                 raise JournalUnreadable(f"tables: missing {sorted(missing)}")
             db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
+        db.execute(f"PRAGMA synchronous={self.sync.value}")
+        db.execute(f"PRAGMA wal_autocheckpoint={self.autocheckpoint_pages}")
 
     # ------------------------------------------------------------------ writes
     def _begin(self) -> None:
@@ -181,8 +204,21 @@ class Journal:
     def count(self, table: str) -> int:
         return int(self._db.execute(f"SELECT COUNT(*) FROM {self._table(table)}").fetchone()[0])
 
+    def checkpoint(self) -> int:
+        """Fold the log into the file without waiting for the writer (sqlite's PASSIVE
+        checkpoint, on a connection of its own: callable from another thread than the
+        writer's, one thread at a time). Returns the log's length in pages."""
+        if self._checkpointer is None:
+            self._checkpointer = sqlite3.connect(self.path, isolation_level=None,
+                                                 check_same_thread=False)
+        _, frames, _ = self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return int(frames)
+
     def close(self) -> None:
+        """Close (the caller makes sure :meth:`checkpoint` is not running)."""
         self.rollback()
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self._db.close()
 
     def _table(self, table: str) -> str:

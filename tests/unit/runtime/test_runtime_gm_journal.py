@@ -7,6 +7,7 @@ by id, by ``describe(archived=True)`` (``status --all``) and by ``cancel``."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -73,12 +74,16 @@ class World:
 
 
 def state_of(gm: GlobalService) -> dict[str, Any]:
+    """What a restart must keep. A pending job's reasons are not journaled: the core
+    keeps those of the last cycle, a restarted one works them out when asked."""
+    derived = ("reason", "pending_reasons")
     return {
         "core": gm.core.snapshot(),
         "jobs": [(j, i.to_record()) for j, i in gm.jobs.items()],
         "tokens": gm.tokens, "lost": gm.lost, "counters": gm.counters,
         "archive": gm.archived_jobs(),
-        "describe": gm.describe(archived=True)["jobs"],
+        "describe": [{k: v for k, v in d.items() if d["state"] != "pending" or k not in derived}
+                     for d in gm.describe(archived=True)["jobs"]],
     }
 
 
@@ -171,3 +176,29 @@ def test_a_journal_without_retention_keeps_the_archive_in_memory(tmp_path: Path)
     assert gm.archive_finished() == 1
     assert gm.job(a["job_id"])["state"] == "cancelled"  # type: ignore[index]
     assert [j["job_id"] for j in gm.describe(archived=True)["jobs"]] == [a["job_id"]]
+
+
+def test_a_whole_file_journal_of_the_version_before_is_read_and_kept_aside(
+    tmp_path: Path,
+) -> None:
+    """A global manager restarted on newer code finds its deployment's JSON journal."""
+    w = World(tmp_path)
+    live = GlobalService(NODES, w.config, w.clock, Recorder(), None)
+    live.submit([BIG, BIG, JOBS[1]], token="t")
+    live.cancel_many([next(iter(live.jobs))])
+    live.place_pending()
+    w.gm.close()
+    w.path.unlink()
+    w.path.write_text(json.dumps({
+        "version": 2, "core": live.core.snapshot(),
+        "jobs": [i.to_record() for i in live.jobs.values()],
+        "tokens": live.tokens, "lost": live.lost, "counters": live.counters,
+    }), encoding="utf-8")
+    again = w.reopen()
+    assert again.recovered and again.journal_error is None
+    before = state_of(live)
+    assert state_of(again) == before
+    (kept,) = tmp_path.glob("gm.sqlite.v2-*")
+    assert json.loads(kept.read_text())["version"] == 2
+    again.close()
+    assert state_of(w.reopen()) == before  # now from the new journal

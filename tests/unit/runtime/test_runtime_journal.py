@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import stat
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +147,34 @@ def test_a_row_that_is_not_json_is_refused(tmp_path: Path) -> None:
         db.execute("INSERT INTO jobs (key, value) VALUES ('j1', '{not json')")
     with pytest.raises(JournalUnreadable, match="not JSON"):
         Journal(path, TABLES).load()
+
+
+def test_checkpoints_from_another_thread_keep_every_commit_and_bound_the_log(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gm.sqlite"
+    journal = Journal(path, TABLES, autocheckpoint_pages=10**6)  # none on the writer's path
+    done = threading.Event()
+    folded: list[int] = []
+
+    def checkpointer() -> None:
+        while not done.is_set():
+            folded.append(journal.checkpoint())
+
+    thread = threading.Thread(target=checkpointer)
+    thread.start()
+    for i in range(200):
+        journal.put("jobs", f"j{i}", {"i": i, "pad": "x" * 2000})
+        journal.commit()
+    done.set()
+    thread.join()
+    assert folded and journal.checkpoint() > 0
+    wal = journal_files(path)[1]
+    size = wal.stat().st_size
+    for i in range(20):  # the log starts over once folded: it does not grow
+        journal.put("jobs", f"j{i}", {"i": -i})
+        journal.commit()
+    assert wal.stat().st_size <= size
+    journal.close()
+    rows = Journal(path, TABLES).load()["jobs"]
+    assert len(rows) == 200 and rows["j5"] == {"i": -5} and rows["j150"]["i"] == 150
