@@ -455,19 +455,29 @@ class GlobalService:
                 moved.append(info)
             if not moved:
                 return 0
+            j = self._journal
+            if j is not None:  # recorded first: a failed write leaves the table as it was
+                try:
+                    for info in moved:
+                        j.put("archive", info.job_id, info.to_dict())
+                        for table in ("jobs", "core_jobs", "pending", "closed"):
+                            j.delete(table, info.job_id)
+                    j.commit()
+                except BaseException:
+                    j.rollback()
+                    for info in moved:
+                        heapq.heappush(self._leaving, (now, info.job_id))
+                    raise
             for info in moved:
-                record = info.to_dict()
+                if j is None:
+                    self._archived[info.job_id] = info.to_dict()
                 del self.jobs[info.job_id]
                 self.core.forget(info.job_id)
+                self._core_written.pop(info.job_id, None)
+                self._dirty.pop(info.job_id, None)
                 for run in {info.run_id or info.job_id, info.job_id}:
                     for s in info.subtasks:
                         self.progress.pop((run, s["index"]), None)
-                if self._journal is None:
-                    self._archived[info.job_id] = record
-                else:
-                    self._journal.put("archive", info.job_id, record)
-                self._mark(info.job_id)
-            self._persist()
             log.info("%d finished jobs archived (kept %.6g model s)", len(moved),
                      self.keep_finished)
             return len(moved)
