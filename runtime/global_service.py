@@ -33,7 +33,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -102,15 +102,36 @@ class DispatchFailed(Exception):
         super().__init__(f"{actor} is unreachable ({type(cause).__name__})")
 
 
+@dataclass(frozen=True, slots=True)
+class RunId:
+    """One run of a job: its ``dispatch``-th placement (1 for the first). The controller
+    and the local managers know it by ``str(run)``: the job id for the first run, then
+    ``<job id>.<n>``, so that what a stopped run left behind is never taken for the
+    current one."""
+
+    job_id: str
+    dispatch: int = 1
+
+    def __str__(self) -> str:
+        return self.job_id if self.dispatch <= 1 else f"{self.job_id}.{self.dispatch}"
+
+    @staticmethod
+    def parse(text: str, job_ids: Container[str]) -> RunId:
+        """The run named ``text``; ``job_ids``: the jobs known (a job id may hold dots)."""
+        if text in job_ids:
+            return RunId(text)
+        job_id, _, n = text.rpartition(".")
+        return RunId(job_id, int(n)) if job_id and n.isdigit() else RunId(text)
+
+
 @dataclass(slots=True)
 class JobInfo:
     """One job in the live job table. Times in model s; ``work`` in Mcycles.
 
     ``spec``: the job as submitted (a job-file mapping, :func:`workloads.spec.job_to_dict`),
-    what a requeue starts from. ``run_id``: the id its current run has on the controller
-    and the local managers (the job id, then ``<job id>.<n>`` for the n-th dispatch), so
-    that what a stopped run left behind is never taken for the current one. ``attempt``:
-    runs started (requeues count); ``history``: one line per run that ended early."""
+    what a requeue starts from. ``dispatches``: how many times it was placed, which names
+    its current run (:attr:`run`). ``attempt``: runs started (requeues count);
+    ``history``: one line per run that ended early."""
 
     job_id: str
     name: str
@@ -127,7 +148,6 @@ class JobInfo:
     user: str = DEFAULT_USER
     priority: int = 0
     spec: dict[str, Any] = field(default_factory=dict)
-    run_id: str = ""
     dispatches: int = 0
     attempt: int = 1
     history: list[str] = field(default_factory=list)
@@ -135,6 +155,16 @@ class JobInfo:
     #: Fraction of the job's work its current run was given (requeues start from the
     #: gang's last common progress).
     work_left: float = 1.0
+
+    @property
+    def run(self) -> RunId:
+        """Its current run (the first until it is placed)."""
+        return RunId(self.job_id, max(self.dispatches, 1))
+
+    @property
+    def run_id(self) -> str:
+        """Its current run's id on the controller and the local managers."""
+        return str(self.run)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -150,7 +180,7 @@ class JobInfo:
             "finished_at": self.finished_at,
             "overall_deviation": self.overall_deviation,
             "asynchrony": self.asynchrony,
-            "run_id": self.run_id or self.job_id,
+            "run_id": self.run_id,
             "attempt": self.attempt,
             "history": list(self.history),
             "nodes": [s["node"] for s in self.subtasks],
@@ -475,9 +505,9 @@ class GlobalService:
                 self.core.forget(info.job_id)
                 self._core_written.pop(info.job_id, None)
                 self._dirty.pop(info.job_id, None)
-                for run in {info.run_id or info.job_id, info.job_id}:
+                for n in range(1, info.dispatches + 1):
                     for s in info.subtasks:
-                        self.progress.pop((run, s["index"]), None)
+                        self.progress.pop((str(RunId(info.job_id, n)), s["index"]), None)
             log.info("%d finished jobs archived (kept %.6g model s)", len(moved),
                      self.keep_finished)
             return len(moved)
@@ -502,11 +532,11 @@ class GlobalService:
     def _info_of_run(self, run_id: str) -> JobInfo | None:
         """The running job whose current run is ``run_id`` (None: an old run, or a job
         that is not running)."""
-        job_id = run_id if run_id in self.jobs else run_id.rsplit(".", 1)[0]
-        info = self.jobs.get(job_id)
+        run = RunId.parse(run_id, self.jobs)
+        info = self.jobs.get(run.job_id)
         if info is None or info.state is not JobPhase.RUNNING:
             return None
-        return info if (info.run_id or info.job_id) == run_id else None
+        return info if info.run == run else None
 
     def _spec(self, info: JobInfo) -> JobSpec:
         return replace(
@@ -525,7 +555,7 @@ class GlobalService:
                 for s in info.subtasks:
                     if s["index"] not in info.outcomes and node in (None, s["node"]):
                         out.setdefault(s["node"], []).append(
-                            (info.run_id or info.job_id, s["index"])
+                            (info.run_id, s["index"])
                         )
             return out
 
@@ -541,7 +571,7 @@ class GlobalService:
             return [
                 (
                     JobRegistration(
-                        info.run_id or info.job_id, QosClass(info.qos), float(info.start_at or 0),
+                        info.run_id, QosClass(info.qos), float(info.start_at or 0),
                         tuple((s["index"], s["node"], s["expected_rate"])
                               for s in info.subtasks),
                         info.overall_deviation, info.asynchrony,
@@ -598,9 +628,9 @@ class GlobalService:
         """Whether subtask ``index`` of run ``run_id`` is recorded as ended and the run
         is its job's current one: a node view taken just before that subtask finished
         still shows it running; it is no zombie (caller holds the lock)."""
-        job_id = run_id if run_id in self.jobs else run_id.rsplit(".", 1)[0]
-        info = self.jobs.get(job_id)
-        return info is not None and (info.run_id or info.job_id) == run_id \
+        run = RunId.parse(run_id, self.jobs)
+        info = self.jobs.get(run.job_id)
+        return info is not None and info.run == run \
             and index in info.outcomes
 
     def _missing(self, node: str, keys: set[tuple[str, int]]) -> bool:
@@ -819,7 +849,6 @@ class GlobalService:
         info.start_at = start
         info.outcomes = {}
         info.dispatches += 1
-        info.run_id = info.job_id if info.dispatches == 1 else f"{info.job_id}.{info.dispatches}"
         info.subtasks = [
             {
                 "index": s.index,
@@ -920,7 +949,7 @@ class GlobalService:
         :meth:`_send_stops`, done after the lock is released."""
         self._mark(info.job_id)
         spec = self._spec(info)
-        run_id = info.run_id or info.job_id
+        run_id = info.run_id
         now = self.clock.now()
         requeue = policy is EndPolicy.REQUEUE and info.attempt < spec.max_attempts
         if requeue:
@@ -952,7 +981,7 @@ class GlobalService:
         """The job to requeue: synthetic work from the gang's last common progress (the
         least fraction done of any member, as last reported), commands from the start."""
         frac = 1.0
-        run_id = info.run_id or info.job_id
+        run_id = info.run_id
         for s in info.subtasks:
             o = info.outcomes.get(s["index"])
             if o is not None and o["state"] == SubtaskPhase.FINISHED.value:
@@ -1038,7 +1067,7 @@ class GlobalService:
                 info.finished_at = now
                 changed = True
                 if was == JobPhase.RUNNING.value:
-                    stops.append((info.run_id or info.job_id,
+                    stops.append((info.run_id,
                                   sorted({s.node for s in running}), "cancelled"))
                 out.append(dict(rec, state=info.state.value, result="cancelled"))
             if changed:
