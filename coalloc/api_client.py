@@ -149,7 +149,10 @@ class HttpApi:
             return self._get("/deployment")
         if method == "status":
             job_id = args[0] if args else None
-            return self._get("/status", {"job": job_id} if job_id is not None else None)
+            query = {"job": job_id} if job_id is not None else {}
+            if len(args) > 1 and args[1]:
+                query["all"] = "1"
+            return self._get("/status", query or None)
         if method == "queue":
             return self._get("/queue")
         if method == "job":

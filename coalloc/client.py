@@ -212,10 +212,12 @@ class Client:
     def job_states(self, job_ids: Iterable[str] | None = None) -> dict[str, str]:
         return dict(self._call("job_states", list(job_ids) if job_ids is not None else None))
 
-    def status(self, job_id: str | None = None) -> dict[str, Any]:
+    def status(self, job_id: str | None = None, all_jobs: bool = False) -> dict[str, Any]:
         """The deployment's status (jobs, subtasks, nodes, clocks, phase differences,
-        counters); with ``job_id`` only that job (UserError if unknown)."""
-        st = dict(self._call("status", job_id))
+        counters); with ``job_id`` only that job (UserError if unknown; an archived job
+        too); ``all_jobs``: the archived jobs (finished more than ``--keep-finished``
+        ago) too."""
+        st = dict(self._call("status", job_id, all_jobs))
         if job_id is not None and not st["jobs"]:
             raise UserError(f"{job_id}: unknown job id")
         return st

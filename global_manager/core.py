@@ -588,9 +588,18 @@ class GlobalManagerCore:
         load rates in Mcycles/s, what each user holds, nodes down, the pending queue and
         per job its spec, subtasks and running set), for a restarted global manager to
         :meth:`restore`. Specs are written as job-file mappings
-        (:func:`workloads.spec.job_to_dict`)."""
-        from workloads.spec import job_to_dict
+        (:func:`workloads.spec.job_to_dict`). The same as :meth:`snapshot_state` with
+        ``closed`` and every :meth:`snapshot_job` and :meth:`snapshot_pending`."""
+        return {
+            **self.snapshot_state(),
+            "closed": {j: st.value for j, st in self.closed.items()},
+            "jobs": [self.snapshot_job(j) for j in self.jobs],
+            "pending": [self.snapshot_pending(j) for j in self.pending],
+        }
 
+    def snapshot_state(self) -> dict[str, Any]:
+        """The part of :meth:`snapshot` that is not per job (ids, RNG, rates, holdings,
+        nodes down, the drain hold): what a journal rewrites on every change."""
         version, internal, gauss = self.rng.getstate()
         hold = self.queue.hold
         return {
@@ -601,25 +610,45 @@ class GlobalManagerCore:
             "load": dict(self.load),
             "user_held": dict(self.user_held),
             "down": sorted(self.down),
-            "closed": {j: st.value for j, st in self.closed.items()},
             "drain": None if hold is None else [hold.job_id, list(hold.nodes)],
-            "jobs": [
-                {
-                    "job_id": j.job_id,
-                    "spec": job_to_dict(j.spec),
-                    "arrival": j.arrival,
-                    "running": sorted(j.running),
-                    "cancelled": j.cancelled,
-                    "subtasks": [subtask_to_dict(s) for s in j.subtasks],
-                }
-                for j in self.jobs.values()
-            ],
-            "pending": [
-                {"job_id": r.job_id, "spec": job_to_dict(r.spec), "arrival": r.arrival,
-                 "seq": r.seq}
-                for r in self.pending.values()
-            ],
         }
+
+    def snapshot_job(self, job_id: str) -> dict[str, Any] | None:
+        """Placed job ``job_id`` as :meth:`snapshot` writes it (None: not placed)."""
+        from workloads.spec import job_to_dict
+
+        j = self.jobs.get(job_id)
+        if j is None:
+            return None
+        return {
+            "job_id": j.job_id,
+            "spec": job_to_dict(j.spec),
+            "arrival": j.arrival,
+            "running": sorted(j.running),
+            "cancelled": j.cancelled,
+            "subtasks": [subtask_to_dict(s) for s in j.subtasks],
+        }
+
+    def snapshot_pending(self, job_id: str) -> dict[str, Any] | None:
+        """Pending job ``job_id`` as :meth:`snapshot` writes it (None: not pending)."""
+        from workloads.spec import job_to_dict
+
+        r = self.pending.get(job_id)
+        if r is None:
+            return None
+        return {"job_id": r.job_id, "spec": job_to_dict(r.spec), "arrival": r.arrival,
+                "seq": r.seq}
+
+    def forget(self, job_id: str) -> None:
+        """Drop job ``job_id`` if it is over (no subtask running, not pending): a finished
+        job past its retention. Its id stays used (ids come from a counter)."""
+        if job_id in self.pending:
+            raise ValueError(f"{job_id}: pending, not over")
+        job = self.jobs.get(job_id)
+        if job is not None and job.running:
+            raise ValueError(f"{job_id}: running, not over")
+        self.jobs.pop(job_id, None)
+        self.closed.pop(job_id, None)
 
     def restore(self, snap: Mapping[str, Any]) -> None:
         """Replace the mutable state with a :meth:`snapshot` of a core over the same

@@ -36,6 +36,7 @@ from runtime.config import (
 )
 from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
+from runtime.journal import journal_files
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
 from workloads.messages import JobRegistration, SubtaskOutcome
@@ -474,11 +475,13 @@ class GlobalManagerActor:
 
     def _queue_loop(self) -> None:
         """Every cycle: a placement cycle of the pending queue (cheap when nothing
-        changed: the core skips it)."""
+        changed: the core skips it), then the finished jobs past their retention move to
+        the archive (cheap: a heap of when each may leave)."""
         every = max(self.config.real_cycle, 0.05)
         while not self._stop.wait(every):
             try:
                 self.service.place_pending()
+                self.service.archive_finished()
             except Exception:  # noqa: BLE001 - logged; the next cycle tries again
                 log.exception("placement cycle failed")
 
@@ -487,7 +490,8 @@ class GlobalManagerActor:
         for its status at once, and wait at most :data:`STATUS_TIMEOUT_S` for the lot.
         An answer marks the node alive and is reconciled with the job table (ended
         subtasks whose notifications were lost, work done, runs to stop there); then
-        silent nodes become stale, and lost after ``node_timeout`` cycles."""
+        silent nodes become stale, and lost after ``node_timeout`` cycles; last, the
+        journal's log is folded into its file."""
         import ray
 
         wait = 0.0 if self.service.recovered else MONITOR_S
@@ -522,6 +526,10 @@ class GlobalManagerActor:
                 self.metrics.state(self.service.gauges())
             except Exception:  # noqa: BLE001
                 log.exception("node check failed")
+            try:
+                self.service.checkpoint_journal()  # off the writers' path
+            except Exception:  # noqa: BLE001 - a journal write checkpoints in the end
+                log.exception("journal checkpoint failed")
 
     def ready(self) -> dict[str, Any]:
         return {
@@ -602,11 +610,13 @@ class GlobalManagerActor:
         """What a restarted controller tracks again (see ``GlobalService``)."""
         return self.service.controller_jobs()
 
-    def status(self, job_id: str | None = None) -> dict[str, Any]:
-        """Jobs, subtasks, nodes, virtual clocks, phase differences and counters."""
+    def status(self, job_id: str | None = None, all_jobs: bool = False) -> dict[str, Any]:
+        """Jobs, subtasks, nodes, virtual clocks, phase differences and counters.
+        ``job_id``: only that job (also when archived); ``all_jobs``: the archived jobs
+        (finished past ``keep_finished_s``) too."""
         import ray
 
-        desc = self.service.describe()
+        desc = self.service.describe(job_id, archived=all_jobs)
         names = list(self.local_managers)
         refs = [self.local_managers[n].status.remote() for n in names]
         ctl_ref = self.controller.status.remote()
@@ -639,8 +649,10 @@ class GlobalManagerActor:
             self.api.close()
             self.api = None
         journal = self.info.get("gm_journal")
+        self.service.close()
         if journal:
-            Path(journal).unlink(missing_ok=True)
+            for path in journal_files(Path(journal)):
+                path.unlink(missing_ok=True)
         self.real.close()
         return True
 

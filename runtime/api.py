@@ -9,7 +9,8 @@ instead of starting a Ray driver per call. Routes (all JSON; every request needs
 
 ========  =====================  ==============================================================
 GET       /api/v1/deployment     endpoints, phase log, actor and node names, time scale, cycle
-GET       /api/v1/status         the ``status --json`` document (``?job=ID``: only that job)
+GET       /api/v1/status         the ``status --json`` document (``?job=ID``: only that job;
+                                 ``?all=1``: the archived finished jobs too)
 GET       /api/v1/queue          pending then running jobs (``coalloc queue --json``)
 GET       /api/v1/jobs           ``{job id: state}`` (``?id=ID`` repeatable: only those)
 GET       /api/v1/jobs/ID        one job's record; 404 for an unknown id
@@ -74,7 +75,7 @@ class ApiBackend(Protocol):
 
     def deployment(self) -> dict[str, Any]: ...
 
-    def status(self, job_id: str | None = None) -> dict[str, Any]: ...
+    def status(self, job_id: str | None = None, all_jobs: bool = False) -> dict[str, Any]: ...
 
     def queue(self) -> list[dict[str, Any]]: ...
 
@@ -144,7 +145,7 @@ def route(
         if parts == ["deployment"]:
             return HTTPStatus.OK, backend.deployment()
         if parts == ["status"]:
-            return HTTPStatus.OK, backend.status(one("job"))
+            return HTTPStatus.OK, backend.status(one("job"), one("all") in ("1", "true"))
         if parts == ["queue"]:
             return HTTPStatus.OK, backend.queue()
         if parts == ["jobs"]:

@@ -72,7 +72,8 @@ def _reason(text: str) -> Reason:
 
 _WORDING = Wording(
     reasons={
-        **{name: _reason("must be a finite number > 0") for name in ("time_scale", "core_mhz")},
+        **{name: _reason("must be a finite number > 0") for name in ("time_scale", "core_mhz",
+                                                                   "keep_finished_s")},
         "stall_cycles": _reason("must be an integer >= 1"),
         **{name: _reason("must be a TCP port 0-65535 (0: ephemeral)")
            for name in ("report_port", "command_port")},
@@ -140,6 +141,10 @@ class RuntimeConfig:
     #: its gangs are ended by their ``on_node_loss`` policy (after ``stall_cycles`` of
     #: silence it is only stale: placement skips it).
     node_timeout: int = 50
+    #: Real seconds a finished job (completed, failed, cancelled, expired, rejected) stays
+    #: in the global manager's job table; then it moves to the journal's archive, read by
+    #: ``coalloc status --all`` and by its id (``coalloc up --keep-finished``).
+    keep_finished_s: _Positive = 86400.0
 
     def __post_init__(self) -> None:
         if self.policy not in policies:

@@ -428,12 +428,14 @@ def default_log_path() -> Path:
 
 def runtime_file(kind: str, epoch: float) -> Path:
     """A restart file of the deployment whose model time 0 is ``epoch`` (real s):
-    ``<COALLOC_HOME>/runtime/<kind>-<epoch in ms>.json`` (``gm``: the global manager's
-    journal, ``ctl``: the controller's checkpoint), a fresh name per ``up`` (the
-    directory is created 0700). Both actors run on the node ``up`` ran on."""
+    ``<COALLOC_HOME>/runtime/<kind>-<epoch in ms>.json`` (``ctl``: the controller's
+    checkpoint, ``lm-<node>``: a local manager's), or ``gm-<epoch in ms>.sqlite`` (the
+    global manager's journal, :mod:`runtime.journal`, with its ``-wal`` and ``-shm``
+    files), a fresh name per ``up`` (the directory is created 0700). The global manager
+    and the controller run on the node ``up`` ran on."""
     d = coalloc_home() / "runtime"
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return d / f"{kind}-{int(epoch * 1000)}.json"
+    return d / f"{kind}-{int(epoch * 1000)}{'.sqlite' if kind == 'gm' else '.json'}"
 
 
 def deploy(
@@ -639,10 +641,13 @@ def remove_restart_files(epoch: float) -> list[Path]:
     deployments stay. Returns the files removed. Local managers on other machines keep
     theirs if they could not remove them."""
     d = coalloc_home() / "runtime"
-    suffix = f"-{int(epoch * 1000)}.json"
+    stamp = f"-{int(epoch * 1000)}."
+    ends = (".json", ".sqlite", ".sqlite-wal", ".sqlite-shm")
     removed = []
-    for path in sorted(d.glob(f"*{suffix}")) if d.is_dir() else []:
-        if path.name.split("-", 1)[0] in ("gm", "ctl", "lm"):
+    for path in sorted(d.glob(f"*{stamp}*")) if d.is_dir() else []:
+        name = path.name
+        if name.split("-", 1)[0] in ("gm", "ctl", "lm") and \
+                name[name.index(stamp) + len(stamp) - 1:] in ends:
             try:
                 path.unlink()
             except FileNotFoundError:

@@ -13,45 +13,70 @@ time): the job's subtasks start at ``b`` on every node, the controller tracks it
 (one ``submit`` call) shares one ``b`` and is admitted in order, so the same batch makes
 the same decisions as the simulator given the same node loads.
 
-Persistence (write-ahead). Given a ``journal`` path, the service writes its job table and
-the core's state (committed and load rates, RNG, job ids) to that file atomically
-(:mod:`workloads.atomic`: temporary file, fsync, rename) after every change and before
-the change is acted on or answered: an admitted job is written before it is dispatched,
-a cancellation before the nodes are told, a subtask outcome before anyone can read it.
-A service built over an existing journal recovers from it (a restarted global manager).
-A submission may carry a client token; a retried submission with a token already in the
-journal gets the recorded answers instead of a second admission (at most once).
+Persistence (write-ahead). Given a ``journal`` path, the service records what changed
+(the changed jobs' rows, the core's state: committed and load rates, user holdings, RNG,
+job ids) in that journal (:mod:`runtime.journal`, sqlite in WAL mode), one transaction
+after every change and before the change is acted on or answered: an admitted job is
+written before it is dispatched, a cancellation before the nodes are told, a subtask
+outcome before anyone can read it. A service built over an existing journal recovers
+from it (a restarted global manager). A submission may carry a client token; a retried
+submission with a token already in the journal gets the recorded answers instead of a
+second admission (at most once). Finished jobs move to the journal's archive after
+``keep_finished_s`` (:meth:`GlobalService.archive_finished`).
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import random
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from global_manager.core import GlobalManagerCore, QueueMode
 from global_manager.engine import start_run
 from runtime.config import RuntimeConfig
+from runtime.journal import Journal, Sync, journal_files
 from runtime.metrics import NullGlobalMetrics, QueueGauges
 from runtime.timebase import ModelClock, boundary_at_or_after
-from workloads.atomic import atomic_write_json
 from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase, initial_pace_of
 from workloads.model import EndPolicy, JobPhase, JobSpec, Node, QosClass, Subtask
 from workloads.spec import DEFAULT_USER, job_to_dict, parse_job
 
 log = logging.getLogger("coalloc.runtime")
 
-#: Version of the journal file's layout.
-JOURNAL_VERSION = 2
+#: Version of the journal's records (its ``meta`` table's ``version``).
+JOURNAL_VERSION = 3
+#: The journal's tables (:class:`runtime.journal.Journal`), each keyed by id: ``meta``
+#: (the core's :data:`CORE_STATE_KEYS`, ``version``, ``lost``, ``counters``), ``jobs``
+#: (the job table), ``core_jobs``, ``pending`` and ``closed`` (the core's placed, pending
+#: and closed jobs), ``tokens`` (submission answers) and ``archive`` (finished jobs past
+#: their retention, as status shows them).
+JOURNAL_TABLES = ("meta", "jobs", "core_jobs", "pending", "closed", "tokens", "archive")
+#: Log pages (4 KiB) after which a journal write folds the log into the file itself;
+#: normally :meth:`GlobalService.checkpoint_journal` does it first, off the writer's path.
+JOURNAL_AUTOCHECKPOINT_PAGES = 8192
+#: The keys of :meth:`GlobalManagerCore.snapshot_state`.
+CORE_STATE_KEYS = ("next_id", "seq", "rng", "committed", "load", "user_held", "down", "drain")
 #: How many submission tokens (with their answers) the journal keeps for retries.
 TOKENS_KEPT = 256
+
+
+def read_journal(path: Path) -> dict[str, dict[str, Any]]:
+    """The tables of the global manager's journal at ``path`` (:data:`JOURNAL_TABLES`,
+    each ``{id: record}``), for inspection; :class:`runtime.journal.JournalUnreadable` if
+    it is not one."""
+    journal = Journal(path, JOURNAL_TABLES)
+    try:
+        return journal.load()
+    finally:
+        journal.close()
 
 
 class Dispatch(Protocol):
@@ -77,15 +102,36 @@ class DispatchFailed(Exception):
         super().__init__(f"{actor} is unreachable ({type(cause).__name__})")
 
 
+@dataclass(frozen=True, slots=True)
+class RunId:
+    """One run of a job: its ``dispatch``-th placement (1 for the first). The controller
+    and the local managers know it by ``str(run)``: the job id for the first run, then
+    ``<job id>.<n>``, so that what a stopped run left behind is never taken for the
+    current one."""
+
+    job_id: str
+    dispatch: int = 1
+
+    def __str__(self) -> str:
+        return self.job_id if self.dispatch <= 1 else f"{self.job_id}.{self.dispatch}"
+
+    @staticmethod
+    def parse(text: str, job_ids: Container[str]) -> RunId:
+        """The run named ``text``; ``job_ids``: the jobs known (a job id may hold dots)."""
+        if text in job_ids:
+            return RunId(text)
+        job_id, _, n = text.rpartition(".")
+        return RunId(job_id, int(n)) if job_id and n.isdigit() else RunId(text)
+
+
 @dataclass(slots=True)
 class JobInfo:
     """One job in the live job table. Times in model s; ``work`` in Mcycles.
 
     ``spec``: the job as submitted (a job-file mapping, :func:`workloads.spec.job_to_dict`),
-    what a requeue starts from. ``run_id``: the id its current run has on the controller
-    and the local managers (the job id, then ``<job id>.<n>`` for the n-th dispatch), so
-    that what a stopped run left behind is never taken for the current one. ``attempt``:
-    runs started (requeues count); ``history``: one line per run that ended early."""
+    what a requeue starts from. ``dispatches``: how many times it was placed, which names
+    its current run (:attr:`run`). ``attempt``: runs started (requeues count);
+    ``history``: one line per run that ended early."""
 
     job_id: str
     name: str
@@ -102,7 +148,6 @@ class JobInfo:
     user: str = DEFAULT_USER
     priority: int = 0
     spec: dict[str, Any] = field(default_factory=dict)
-    run_id: str = ""
     dispatches: int = 0
     attempt: int = 1
     history: list[str] = field(default_factory=list)
@@ -110,6 +155,16 @@ class JobInfo:
     #: Fraction of the job's work its current run was given (requeues start from the
     #: gang's last common progress).
     work_left: float = 1.0
+
+    @property
+    def run(self) -> RunId:
+        """Its current run (the first until it is placed)."""
+        return RunId(self.job_id, max(self.dispatches, 1))
+
+    @property
+    def run_id(self) -> str:
+        """Its current run's id on the controller and the local managers."""
+        return str(self.run)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -125,7 +180,7 @@ class JobInfo:
             "finished_at": self.finished_at,
             "overall_deviation": self.overall_deviation,
             "asynchrony": self.asynchrony,
-            "run_id": self.run_id or self.job_id,
+            "run_id": self.run_id,
             "attempt": self.attempt,
             "history": list(self.history),
             "nodes": [s["node"] for s in self.subtasks],
@@ -151,6 +206,11 @@ class JobInfo:
 class GlobalService:
     """Admission, the pending queue, placement, node health and the job table of the
     live runtime. Thread-safe."""
+
+    #: How far a journal write is durable: ``NORMAL``, it survives this process's crash,
+    #: the failure the journal is read after (a Ray restart of the actor in the same
+    #: cluster; docs/decisions.md, "A journal whose writes cost what changed").
+    journal_sync: ClassVar[Sync] = Sync.NORMAL
 
     def __init__(
         self,
@@ -193,44 +253,139 @@ class GlobalService:
         self.recovered = False
         self.journal_error: str | None = None
         self._lock = threading.RLock()
-        if journal is not None and journal.exists():
-            self._recover(journal)
+        self._checkpoint_lock = threading.Lock()
+        #: Finished jobs stay in the job table this long (model s), then move to the
+        #: journal's archive (``status --all``).
+        self.keep_finished = config.keep_finished_s * config.time_scale
+        #: Jobs changed since the last journal write (what :meth:`_persist` writes), in
+        #: the order they were first changed (new jobs: in the order they were made).
+        self._dirty: dict[str, None] = {}
+        self._dirty_tokens: set[str] = set()
+        #: The core's record of each placed job as last written (a new record, after a
+        #: requeue, is written at the end, where the core keeps it), and the order of the
+        #: placements since the last write (the core keeps its records in that order).
+        self._core_written: dict[str, object] = {}
+        self._placements: dict[str, int] = {}
+        #: (model s it may leave the table, job id) of finished jobs, a heap.
+        self._leaving: list[tuple[float, str]] = []
+        #: Archived jobs when there is no journal (their status records, by id).
+        self._archived: dict[str, dict[str, Any]] = {}
+        self._journal: Journal | None = None
+        if journal is not None:
+            self._open_journal(journal)
 
     # -------------------------------------------------------------- persistence
     def _persist(self) -> None:
-        """Write the job table and the core's state to the journal (caller holds the
-        lock). A failed write propagates: nothing is acted on that is not recorded."""
-        if self.journal is None:
+        """Write what changed since the last write (the core's counters, RNG, rates and
+        holdings, lost nodes, counters, and every changed job and token) to the journal
+        in one transaction (caller holds the lock). A failed write propagates: nothing is
+        acted on that is not recorded (what it would have written is written by the next
+        one)."""
+        dirty, self._dirty = self._dirty, {}
+        tokens, self._dirty_tokens = self._dirty_tokens, set()
+        for job_id in dirty:
+            info = self.jobs.get(job_id)
+            if info is not None and info.state.final:
+                heapq.heappush(self._leaving, (self._ended_at(info) + self.keep_finished,
+                                               job_id))
+        j = self._journal
+        if j is None:
             return
-        atomic_write_json(
-            self.journal,
-            {
-                "version": JOURNAL_VERSION,
-                "core": self.core.snapshot(),
-                "jobs": [info.to_record() for info in self.jobs.values()],
-                "tokens": self.tokens,
-                "lost": self.lost,
-                "counters": self.counters,
-            },
-        )
-
-    def _recover(self, path: Path) -> None:
-        """Recover from the journal. One that cannot be read (a disk error, a hand edit,
-        another version) is moved aside as ``<name>.corrupt-<ms>`` and the service starts
-        empty, saying so in ``journal_error`` (shown by status), rather than failing every
-        restart."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("version") != JOURNAL_VERSION:
-                raise ValueError(f"version: unknown journal version {data.get('version')!r}")
-            self.core.restore(data["core"])
-            self.jobs = {d["job_id"]: JobInfo.from_record(d) for d in data["jobs"]}
-            self.tokens = {str(k): list(v) for k, v in data.get("tokens", {}).items()}
-            self.lost = {str(k): str(v) for k, v in data.get("lost", {}).items()}
-            self.counters.update({str(k): int(v) for k, v in data.get("counters", {}).items()})
+            for key, value in self.core.snapshot_state().items():
+                j.put("meta", key, value)
+            j.put("meta", "version", JOURNAL_VERSION)
+            j.put("meta", "lost", self.lost)
+            j.put("meta", "counters", self.counters)
+            placed = [job_id for job_id in dirty if self._write_job(j, job_id)]
+            placed.sort(key=lambda job_id: self._placements.get(job_id, 0))
+            for job_id in placed:
+                j.delete("core_jobs", job_id)  # a new record goes to the end
+                j.put("core_jobs", job_id, self.core.snapshot_job(job_id))
+                self._core_written[job_id] = self.core.jobs[job_id]
+            for token in tokens:
+                if token in self.tokens:
+                    j.put("tokens", token, self.tokens[token])
+                else:
+                    j.delete("tokens", token)
+            j.commit()
+            self._placements.clear()
+        except BaseException:
+            j.rollback()
+            self._dirty.update(dirty)
+            self._dirty_tokens |= tokens
+            for job_id in dirty:  # where the core's record stands is not known now
+                self._core_written.pop(job_id, None)
+            raise
+
+    def _mark(self, job_id: str) -> None:
+        """Job ``job_id`` changed: the next :meth:`_persist` writes it."""
+        self._dirty.setdefault(job_id, None)
+
+    def _write_job(self, j: Journal, job_id: str) -> bool:
+        """Stage job ``job_id``'s rows: the job table's record and the core's (placed,
+        pending or closed), each deleted where the job has none. True if the core's
+        record is new (placed since it was last written): the caller writes it, in the
+        order of the placements."""
+        info = self.jobs.get(job_id)
+        if info is None:
+            j.delete("jobs", job_id)
+        else:
+            j.put("jobs", job_id, info.to_record())
+        rec = self.core.jobs.get(job_id)
+        if rec is None:
+            self._core_written.pop(job_id, None)
+            j.delete("core_jobs", job_id)
+        elif self._core_written.get(job_id) is rec:
+            j.put("core_jobs", job_id, self.core.snapshot_job(job_id))
+        pending = self.core.snapshot_pending(job_id)
+        if pending is None:
+            j.delete("pending", job_id)
+        else:
+            j.put("pending", job_id, pending)
+        closed = self.core.closed.get(job_id)
+        if closed is None:
+            j.delete("closed", job_id)
+        else:
+            j.put("closed", job_id, closed.value)
+        return rec is not None and self._core_written.get(job_id) is not rec
+
+    def _write_all(self) -> None:
+        """Write the whole table into the (empty) journal, in one transaction."""
+        for job_id in self.jobs:
+            self._mark(job_id)
+        for job_id in self.core.jobs:
+            self._mark(job_id)
+        self._placements = {job_id: i for i, job_id in enumerate(self.core.jobs)}
+        self._dirty_tokens.update(self.tokens)
+        self._persist()
+
+    def _open_journal(self, path: Path) -> None:
+        """Open the journal, recovering from it if it holds a table. One that cannot be
+        read (a disk error, a hand edit, another version) is moved aside as
+        ``<name>.corrupt-<ms>`` (with its WAL files) and the service starts empty, saying
+        so in ``journal_error`` (shown by status), rather than failing every restart. A
+        whole-file JSON journal of the version before (a manager restarted on newer code)
+        is read, kept as ``<name>.v2-<ms>``, and its table written into a new journal."""
+        journal: Journal | None = None
+        imported = False
+        try:
+            if path.is_file() and path.read_bytes()[:1] == b"{":
+                self._import_json_journal(path)
+                imported = True
+            journal = Journal(path, JOURNAL_TABLES, ("meta",), self.journal_sync,
+                              JOURNAL_AUTOCHECKPOINT_PAGES)
+            data = journal.load()
+            if data["meta"]:
+                self._recover(data)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            aside = path.with_name(f"{path.name}.corrupt-{int(time.time() * 1000)}")
-            path.replace(aside)
+            if journal is not None:
+                journal.close()
+            stamp = int(time.time() * 1000)
+            aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+            for f in journal_files(path):
+                if f.exists():
+                    f.replace(f.with_name(f"{aside.name}{f.name[len(path.name):]}"))
             self.journal_error = (
                 f"{path}: unreadable journal ({type(exc).__name__}: {exc}); moved to {aside}, "
                 "started with an empty job table"
@@ -240,25 +395,148 @@ class GlobalService:
                 self.nodes, self.policy, self.core.config, random.Random(self.config.seed)
             )
             self.jobs, self.tokens, self.lost = {}, {}, {}
-            return
+            self._core_written, self._leaving = {}, []
+            self.recovered = False
+            journal = Journal(path, JOURNAL_TABLES, ("meta",), self.journal_sync,
+                              JOURNAL_AUTOCHECKPOINT_PAGES)
+            imported = False
+        self._journal = journal
+        if imported:
+            self._write_all()
+
+    def _import_json_journal(self, path: Path) -> None:
+        """Recover from a whole-file JSON journal (version 2), then move it aside."""
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("version") != 2:
+            raise ValueError(f"version: unknown journal version {data.get('version')!r}")
+        self.core.restore(data["core"])
+        self.jobs = {d["job_id"]: JobInfo.from_record(d) for d in data["jobs"]}
+        self.tokens = {str(k): list(v) for k, v in data.get("tokens", {}).items()}
+        self.lost = {str(k): str(v) for k, v in data.get("lost", {}).items()}
+        self.counters.update({str(k): int(v) for k, v in data.get("counters", {}).items()})
+        self._leaving = [(self._ended_at(i) + self.keep_finished, i.job_id)
+                         for i in self.jobs.values() if i.state.final]
+        heapq.heapify(self._leaving)
+        path.replace(path.with_name(f"{path.name}.v2-{int(time.time() * 1000)}"))
+        self.recovered = True
+        log.warning("global manager recovered %d jobs from %s (a version 2 journal, kept "
+                    "beside it)", len(self.jobs), path)
+
+    def _recover(self, data: Mapping[str, Mapping[str, Any]]) -> None:
+        """Rebuild the core and the job table from the journal's tables."""
+        meta = data["meta"]
+        if meta.get("version") != JOURNAL_VERSION:
+            raise ValueError(f"version: unknown journal version {meta.get('version')!r}")
+        snap = {k: meta[k] for k in CORE_STATE_KEYS}
+        snap["closed"] = dict(data["closed"])
+        snap["jobs"] = list(data["core_jobs"].values())
+        snap["pending"] = sorted(data["pending"].values(), key=lambda r: int(r["seq"]))
+        self.core.restore(snap)
+        self.jobs = {str(k): JobInfo.from_record(d) for k, d in data["jobs"].items()}
+        self.tokens = {str(k): list(v) for k, v in data["tokens"].items()}
+        self.lost = {str(k): str(v) for k, v in meta.get("lost", {}).items()}
+        self.counters.update({str(k): int(v) for k, v in meta.get("counters", {}).items()})
+        self._core_written = dict(self.core.jobs)
+        self._leaving = [(self._ended_at(i) + self.keep_finished, i.job_id)
+                         for i in self.jobs.values() if i.state.final]
+        heapq.heapify(self._leaving)
         self.recovered = True
         log.warning(
             "global manager recovered %d jobs (%d running, %d pending) from %s",
             len(self.jobs),
             sum(1 for j in self.jobs.values() if j.state is JobPhase.RUNNING),
             sum(1 for j in self.jobs.values() if j.state is JobPhase.PENDING),
-            path,
+            self.journal,
         )
+
+    def checkpoint_journal(self) -> int:
+        """Fold the journal's log into its file (the actor's monitor loop calls this
+        every second), outside the lock: journal writes go on meanwhile, and no write
+        pays for a checkpoint. Returns the log's length in pages (0: no journal)."""
+        with self._checkpoint_lock:
+            return 0 if self._journal is None else self._journal.checkpoint()
+
+    def close(self) -> None:
+        """Close the journal (the service is not used after this)."""
+        with self._checkpoint_lock, self._lock:
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+
+    # ------------------------------------------------------------------ retention
+    @staticmethod
+    def _ended_at(info: JobInfo) -> float:
+        """Model s a finished job ended (a job rejected at once: its submission)."""
+        return info.finished_at if info.finished_at is not None else info.submitted_at
+
+    def archive_finished(self) -> int:
+        """Move the jobs that finished more than ``keep_finished`` ago out of the job
+        table into the journal's archive (read by ``status --all`` and by id). Returns
+        how many moved."""
+        with self._lock:
+            now = self.clock.now()
+            moved: list[JobInfo] = []
+            while self._leaving and self._leaving[0][0] <= now:
+                _, job_id = heapq.heappop(self._leaving)
+                info = self.jobs.get(job_id)
+                if info is None or not info.state.final or \
+                        self._ended_at(info) + self.keep_finished > now:
+                    continue
+                moved.append(info)
+            if not moved:
+                return 0
+            j = self._journal
+            if j is not None:  # recorded first: a failed write leaves the table as it was
+                try:
+                    for info in moved:
+                        j.put("archive", info.job_id, info.to_dict())
+                        for table in ("jobs", "core_jobs", "pending", "closed"):
+                            j.delete(table, info.job_id)
+                    j.commit()
+                except BaseException:
+                    j.rollback()
+                    for info in moved:
+                        heapq.heappush(self._leaving, (now, info.job_id))
+                    raise
+            for info in moved:
+                if j is None:
+                    self._archived[info.job_id] = info.to_dict()
+                del self.jobs[info.job_id]
+                self.core.forget(info.job_id)
+                self._core_written.pop(info.job_id, None)
+                self._dirty.pop(info.job_id, None)
+                for n in range(1, info.dispatches + 1):
+                    for s in info.subtasks:
+                        self.progress.pop((str(RunId(info.job_id, n)), s["index"]), None)
+            log.info("%d finished jobs archived (kept %.6g model s)", len(moved),
+                     self.keep_finished)
+            return len(moved)
+
+    def archived(self, job_id: str) -> dict[str, Any] | None:
+        """The record of an archived job (None: not archived)."""
+        with self._lock:
+            if self._journal is None:
+                rec = self._archived.get(job_id)
+                return None if rec is None else dict(rec)
+            value = self._journal.get("archive", job_id)
+            return dict(value) if isinstance(value, dict) else None
+
+    def archived_jobs(self) -> list[dict[str, Any]]:
+        """Every archived job's record, oldest archived first."""
+        with self._lock:
+            if self._journal is None:
+                return [dict(r) for r in self._archived.values()]
+            return [dict(r) for r in self._journal.values("archive")]
 
     # ------------------------------------------------------------------ helpers
     def _info_of_run(self, run_id: str) -> JobInfo | None:
         """The running job whose current run is ``run_id`` (None: an old run, or a job
         that is not running)."""
-        job_id = run_id if run_id in self.jobs else run_id.rsplit(".", 1)[0]
-        info = self.jobs.get(job_id)
+        run = RunId.parse(run_id, self.jobs)
+        info = self.jobs.get(run.job_id)
         if info is None or info.state is not JobPhase.RUNNING:
             return None
-        return info if (info.run_id or info.job_id) == run_id else None
+        return info if info.run == run else None
 
     def _spec(self, info: JobInfo) -> JobSpec:
         return replace(
@@ -277,7 +555,7 @@ class GlobalService:
                 for s in info.subtasks:
                     if s["index"] not in info.outcomes and node in (None, s["node"]):
                         out.setdefault(s["node"], []).append(
-                            (info.run_id or info.job_id, s["index"])
+                            (info.run_id, s["index"])
                         )
             return out
 
@@ -293,7 +571,7 @@ class GlobalService:
             return [
                 (
                     JobRegistration(
-                        info.run_id or info.job_id, QosClass(info.qos), float(info.start_at or 0),
+                        info.run_id, QosClass(info.qos), float(info.start_at or 0),
                         tuple((s["index"], s["node"], s["expected_rate"])
                               for s in info.subtasks),
                         info.overall_deviation, info.asynchrony,
@@ -350,9 +628,9 @@ class GlobalService:
         """Whether subtask ``index`` of run ``run_id`` is recorded as ended and the run
         is its job's current one: a node view taken just before that subtask finished
         still shows it running; it is no zombie (caller holds the lock)."""
-        job_id = run_id if run_id in self.jobs else run_id.rsplit(".", 1)[0]
-        info = self.jobs.get(job_id)
-        return info is not None and (info.run_id or info.job_id) == run_id \
+        run = RunId.parse(run_id, self.jobs)
+        info = self.jobs.get(run.job_id)
+        return info is not None and info.run == run \
             and index in info.outcomes
 
     def _missing(self, node: str, keys: set[tuple[str, int]]) -> bool:
@@ -498,6 +776,7 @@ class GlobalService:
                     queued_at=now if adm.pending else None,
                 )
                 self.jobs[adm.job_id] = info
+                self._mark(adm.job_id)
                 ids.append(adm.job_id)
                 if adm.admitted:
                     self._placed(info, adm.subtasks, start)
@@ -506,8 +785,11 @@ class GlobalService:
             out = [self._answer(self.jobs[j]) for j in ids]
             if token is not None:
                 self.tokens[token] = out
+                self._dirty_tokens.add(token)
                 while len(self.tokens) > TOKENS_KEPT:
-                    del self.tokens[next(iter(self.tokens))]
+                    oldest = next(iter(self.tokens))
+                    del self.tokens[oldest]
+                    self._dirty_tokens.add(oldest)
             self._persist()  # write-ahead: recorded before it is dispatched
             for info, subtasks in placed:
                 self._dispatch(info, subtasks, start)
@@ -516,6 +798,7 @@ class GlobalService:
                 out = after
                 if token is not None:
                     self.tokens[token] = out
+                    self._dirty_tokens.add(token)
                 self._persist()
         return [dict(a) for a in out]
 
@@ -561,6 +844,7 @@ class GlobalService:
         for adm in cyc.expired:
             info = self.jobs[adm.job_id]
             info.state = JobPhase.EXPIRED
+            self._mark(info.job_id)
             info.reason = adm.reason
             info.finished_at = self.clock.now()
         out = []
@@ -571,12 +855,13 @@ class GlobalService:
         return out, bool(cyc.expired)
 
     def _placed(self, info: JobInfo, subtasks: tuple[Subtask, ...], start: float) -> None:
+        self._mark(info.job_id)
+        self._placements[info.job_id] = len(self._placements) + 1
         info.state = JobPhase.RUNNING
         info.reason = ""
         info.start_at = start
         info.outcomes = {}
         info.dispatches += 1
-        info.run_id = info.job_id if info.dispatches == 1 else f"{info.job_id}.{info.dispatches}"
         info.subtasks = [
             {
                 "index": s.index,
@@ -621,6 +906,7 @@ class GlobalService:
             start_run(registration, subs, register, place)
         except DispatchFailed as failed:
             self.counters["dispatch_failed"] += 1
+            self._mark(info.job_id)
             self.dispatch.cancel(run_id, reached, f"dispatch failed: {failed}")
             if failed.node is not None:
                 self.core.set_node_down(failed.node)
@@ -649,6 +935,7 @@ class GlobalService:
             info = self._info_of_run(outcome.job_id)
             if info is None or outcome.index in info.outcomes:
                 return
+            self._mark(info.job_id)
             info.outcomes[outcome.index] = {
                 "state": outcome.state.value,
                 "finish_time": outcome.finish_time,
@@ -673,8 +960,9 @@ class GlobalService:
         every member stops, budgets return, then a requeue (remaining work, on a new
         placement) or a failure. Returns (run id, nodes to stop, reason) for
         :meth:`_send_stops`, done after the lock is released."""
+        self._mark(info.job_id)
         spec = self._spec(info)
-        run_id = info.run_id or info.job_id
+        run_id = info.run_id
         now = self.clock.now()
         requeue = policy is EndPolicy.REQUEUE and info.attempt < spec.max_attempts
         if requeue:
@@ -706,7 +994,7 @@ class GlobalService:
         """The job to requeue: synthetic work from the gang's last common progress (the
         least fraction done of any member, as last reported), commands from the start."""
         frac = 1.0
-        run_id = info.run_id or info.job_id
+        run_id = info.run_id
         for s in info.subtasks:
             o = info.outcomes.get(s["index"])
             if o is not None and o["state"] == SubtaskPhase.FINISHED.value:
@@ -763,7 +1051,13 @@ class GlobalService:
             for job_id in ids:
                 info = self.jobs.get(job_id)
                 if info is None:
-                    out.append({"job_id": job_id, "result": "unknown job id"})
+                    old = self.archived(job_id)
+                    if old is None:
+                        out.append({"job_id": job_id, "result": "unknown job id"})
+                    else:
+                        out.append({"job_id": job_id, "name": old["name"], "user": old["user"],
+                                    "was": old["state"], "state": old["state"],
+                                    "result": f"already {old['state']}"})
                     continue
                 was = info.state.value
                 skip = []
@@ -782,10 +1076,11 @@ class GlobalService:
                     continue
                 running = self.core.cancel(job_id)
                 info.state = JobPhase.CANCELLED
+                self._mark(job_id)
                 info.finished_at = now
                 changed = True
                 if was == JobPhase.RUNNING.value:
-                    stops.append((info.run_id or info.job_id,
+                    stops.append((info.run_id,
                                   sorted({s.node for s in running}), "cancelled"))
                 out.append(dict(rec, state=info.state.value, result="cancelled"))
             if changed:
@@ -835,14 +1130,23 @@ class GlobalService:
         return d
 
     def job(self, job_id: str) -> dict[str, Any] | None:
+        """Job ``job_id``'s record, from the job table or the archive (None: unknown)."""
         with self._lock:
             info = self.jobs.get(job_id)
-            return self._with_reasons(info) if info is not None else None
+            return self._with_reasons(info) if info is not None else self.archived(job_id)
 
     def job_states(self, job_ids: Iterable[str] | None = None) -> dict[str, str]:
+        """Each job's state (None: every job in the job table; named jobs are looked up
+        in the archive too)."""
         with self._lock:
-            ids = list(self.jobs) if job_ids is None else list(job_ids)
-            return {j: self.jobs[j].state.value for j in ids if j in self.jobs}
+            if job_ids is None:
+                return {j: i.state.value for j, i in self.jobs.items()}
+            out = {}
+            for j in job_ids:
+                rec = self.jobs[j].to_dict() if j in self.jobs else self.archived(j)
+                if rec is not None:
+                    out[j] = str(rec["state"])
+            return out
 
     def queue(self) -> list[dict[str, Any]]:
         """Pending and running jobs, pending first in the order they would be placed
@@ -867,9 +1171,10 @@ class GlobalService:
                     "estimated_start_time")})
             return out
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, job_id: str | None = None, archived: bool = False) -> dict[str, Any]:
         """Jobs and nodes (budgets, committed rates, health) without the other actors'
-        views."""
+        views. ``job_id``: only that job (from the archive if it is there); ``archived``:
+        the archived jobs too, after those of the job table."""
         with self._lock:
             now = self.clock.now()
             nodes = [
@@ -889,7 +1194,13 @@ class GlobalService:
                 for n in self.nodes
             ]
             starts = self.start_estimates()
-            jobs = [self._with_reasons(info, starts) for info in self.jobs.values()]
+            if job_id is None:
+                jobs = [self._with_reasons(info, starts) for info in self.jobs.values()]
+                if archived:
+                    jobs += self.archived_jobs()
+            else:
+                one = self.job(job_id)
+                jobs = [] if one is None else [one]
         return {
             "policy": self.policy.name,
             "queue": self.core.config.queue.value,

@@ -128,6 +128,11 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             if value is not None
         }
         core = runtime_core(queue=getattr(args, "queue", "wait"), **optional)
+        keep_finished = 86400.0  # 1d, as RuntimeConfig; coalloc up's --keep-finished
+        if getattr(args, "keep_finished", None) is not None:
+            from coalloc.flags import duration_flag
+
+            keep_finished = duration_flag("--keep-finished", args.keep_finished)
         return RuntimeConfig(
             core,
             policy=args.policy,
@@ -141,6 +146,7 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             insecure=bool(getattr(args, "insecure", False)),
             placement=getattr(args, "placement", "backfill"),
             node_timeout=getattr(args, "node_timeout", 50),
+            keep_finished_s=keep_finished,
         )
     except ValueError as exc:
         raise UserError(str(exc).replace("servers[", "--ntp-server[")) from None

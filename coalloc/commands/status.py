@@ -1,9 +1,11 @@
-"""``coalloc status [JOB] [--json]``: jobs, subtasks, nodes, virtual clocks, the current
-phase difference and the counters (reports received, applied and dropped by reason,
-commands sent) of the running coalloc; for a pending job, why it waits and its
+"""``coalloc status [JOB] [--all] [--json]``: jobs, subtasks, nodes, virtual clocks, the
+current phase difference and the counters (reports received, applied and dropped by
+reason, commands sent) of the running coalloc; for a pending job, why it waits and its
 estimated start (``estimated start:``; ``--json``: ``estimated_start``, model s, and
 ``estimated_start_time``, ISO 8601 UTC). ``--json`` prints the whole document, including
-``report_endpoint``. Times are model seconds."""
+``report_endpoint``. Times are model seconds. A finished job is listed for
+``coalloc up --keep-finished`` (default 1 day), then archived: ``--all`` lists the
+archived jobs too, and ``status JOB`` finds one by its id."""
 
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("job", nargs="?", default=None, metavar="JOB", help="only this job")
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
+    parser.add_argument(
+        "--all", action="store_true", dest="all_jobs",
+        help="also the finished jobs archived after coalloc up's --keep-finished",
+    )
     parser.add_argument("--address", default=None, metavar="ADDR", help="Ray cluster address")
     parser.set_defaults(handler=run_status)
 
@@ -42,7 +48,7 @@ def _clean(value: Any) -> Any:
 def run_status(args: argparse.Namespace) -> int:
     from coalloc.client import connect
 
-    st = connect(args.address).status(args.job)
+    st = connect(args.address).status(args.job, all_jobs=args.all_jobs)
     if args.json:
         print(json.dumps(_clean(st), indent=2, sort_keys=True, default=str))
         return 0

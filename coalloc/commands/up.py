@@ -48,6 +48,11 @@ def register(subparsers: Any) -> None:
         help="TCP port of the global manager's HTTP API, on this Ray node's address "
         "(default: a free one; recorded with its token in the state file)",
     )
+    parser.add_argument(
+        "--keep-finished", default="1d", metavar="DURATION",
+        help="how long a finished job stays in status and the job table before it moves "
+        "to the archive (coalloc status --all): e.g. 1d, 6h, 30m, 90s (default 1d)",
+    )
     add_runtime_args(parser, nodes_default=None)
     parser.set_defaults(handler=run_up)
 

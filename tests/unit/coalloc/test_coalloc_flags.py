@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from coalloc.errors import UserError
-from coalloc.flags import int_flag, seconds_flag
+from coalloc.flags import duration_flag, int_flag, seconds_flag
+from tests.support import run_cli
 
 
 def test_int_flag_parses_and_bounds() -> None:
@@ -32,3 +33,29 @@ def test_seconds_flag_parses_and_names_the_expected_form() -> None:
         seconds_flag("--cycle", "abc")
     with pytest.raises(UserError, match=r"^--lam: 'abc' is not a number \(e\.g\. 10\)$"):
         seconds_flag("--lam", "abc", "a number (e.g. 10)")
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("1d", 86400.0), ("6h", 21600.0), ("30m", 1800.0), ("90s", 90.0), ("3600", 3600.0),
+    (" 1.5H ", 5400.0),
+])
+def test_duration_flag_reads_a_number_with_a_unit(text: str, seconds: float) -> None:
+    assert duration_flag("--keep-finished", text) == seconds
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("2x", "is not a duration"), ("d", "is not a duration"), ("", "is not a duration"),
+    ("0m", "must be a duration > 0"), ("-1h", "must be a duration > 0"),
+    ("infd", "must be a duration > 0"), ("nan", "must be a duration > 0"),
+])
+def test_duration_flag_refuses_what_is_not_a_positive_duration(text: str, why: str) -> None:
+    with pytest.raises(UserError, match=rf"^--keep-finished: .*{why}"):
+        duration_flag("--keep-finished", text)
+
+
+def test_up_refuses_a_bad_keep_finished_in_one_line_before_starting_anything(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run_cli(capsys, "up", "--keep-finished", "2x")
+    assert code == 2 and not out
+    assert err.strip().count("\n") == 0 and "--keep-finished: '2x' is not a duration" in err

@@ -324,3 +324,27 @@ def test_a_job_that_fits_only_an_idle_node_waits_under_sq_and_is_rejected_under_
     assert s.budget_ceiling("a") == 200.0
     rejected = s.submit(big, 0.0)
     assert not rejected.admitted and not rejected.pending and rejected.reasons
+
+
+def test_the_snapshot_is_its_state_and_its_jobs_and_forget_drops_only_jobs_that_are_over(
+) -> None:
+    g = gm()
+    done = g.submit(strict(1.0, 2.0), now=0.0).job_id
+    g.subtask_finished(done, 0)
+    running = g.submit(strict(1.0), now=1.0).job_id
+    cancelled = g.submit(strict(1.0), now=2.0).job_id
+    g.cancel(cancelled)
+    snap = g.snapshot()
+    assert {k: snap[k] for k in g.snapshot_state()} == g.snapshot_state()
+    assert snap["jobs"] == [g.snapshot_job(j) for j in g.jobs]
+    assert g.snapshot_job("j99999") is None and g.snapshot_pending(done) is None
+    with pytest.raises(ValueError, match="running, not over"):
+        g.forget(done)  # one subtask still runs
+    g.subtask_finished(done, 1)
+    held = dict(g.committed)
+    g.forget(done)
+    g.forget(cancelled)
+    assert done not in g.jobs and cancelled not in g.jobs and running in g.jobs
+    assert g.committed == held  # what is over held nothing
+    with pytest.raises(ValueError, match="running, not over"):
+        g.forget(running)

@@ -36,8 +36,8 @@ class FakeBackend:
         self.calls.append(("deployment", ()))
         return {"n_nodes": 3, "nodes": ["n0", "n1", "n2"]}
 
-    def status(self, job_id: str | None = None) -> dict[str, Any]:
-        self.calls.append(("status", (job_id,)))
+    def status(self, job_id: str | None = None, all_jobs: bool = False) -> dict[str, Any]:
+        self.calls.append(("status", (job_id, all_jobs)))
         if self.fail:
             raise RuntimeError("boom")
         jobs = [{"job_id": "j00001", "phase_difference": math.nan}]
@@ -197,7 +197,9 @@ def test_routes_return_the_backends_documents(served: tuple[ApiServer, FakeBacke
     assert raw(server, "GET", "/api/v1/status") == (
         200, {"jobs": [{"job_id": "j00001", "phase_difference": None}], "model_time": 1.5})
     assert raw(server, "GET", "/api/v1/status?job=j00009")[1]["jobs"] == []
-    assert ("status", ("j00009",)) in backend.calls
+    assert ("status", ("j00009", False)) in backend.calls
+    assert raw(server, "GET", "/api/v1/status?all=1")[0] == 200
+    assert backend.calls[-1] == ("status", (None, True))  # status --all
     assert raw(server, "GET", "/api/v1/queue")[1][0]["wait"] is None
     assert raw(server, "GET", "/api/v1/jobs")[1] == {"j00001": "running", "j00002": "pending"}
     assert raw(server, "GET", "/api/v1/jobs?id=j00002&id=j00009")[1] == {"j00002": "pending"}
@@ -251,6 +253,8 @@ def test_the_client_reaches_every_call_through_the_api(
     assert client.status()["jobs"][0]["job_id"] == "j00001"
     with pytest.raises(UserError, match="j00009: unknown job id"):
         client.status("j00009")
+    assert client.status(all_jobs=True)["jobs"] and backend.calls[-1] == (
+        "status", (None, True))
     assert client.queue()[0]["state"] == "pending"
     assert client.job("j00001")["state"] == "running"
     with pytest.raises(UserError, match="j00009: unknown job id"):

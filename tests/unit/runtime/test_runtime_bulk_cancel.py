@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
+from runtime.global_service import read_journal
 from tests.unit.runtime.test_runtime_gm_faults import Grid
 from tests.unit.runtime.test_runtime_wiring import strict
 
@@ -36,8 +36,8 @@ def test_filters_select_jobs_and_named_jobs_outside_them_are_skipped(tmp_path: P
     out = g.gm.cancel_many([pend_b], state="running")
     assert out[0]["result"] == "skipped: pending, not running"
     # The journal holds the outcome (one write for the lot).
-    rec = json.loads(g.journal.read_text())
-    assert {j["job_id"]: j["state"] for j in rec["jobs"]}[pend_a] == "cancelled"
+    rec = read_journal(g.journal)
+    assert rec["jobs"][pend_a]["state"] == "cancelled"
 
 
 def test_cancelling_a_job_that_is_over_says_so_and_unknown_ids_are_named(

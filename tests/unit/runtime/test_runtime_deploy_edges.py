@@ -40,6 +40,7 @@ def test_down_removes_the_restart_files_of_its_deployment_only(
     deployment's files (another epoch) and other files stay."""
     monkeypatch.setenv("COALLOC_HOME", str(tmp_path))
     mine = [deploy.runtime_file(k, 1700000000.25) for k in ("gm", "ctl", "lm-n0", "lm-n1")]
+    mine += [mine[0].with_name(mine[0].name + s) for s in ("-wal", "-shm")]  # the journal's
     other = deploy.runtime_file("lm-n0", 1700000999.0)
     aside = mine[0].with_name(mine[0].name + ".corrupt-1")
     for path in (*mine, other, aside):

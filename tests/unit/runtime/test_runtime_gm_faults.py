@@ -328,6 +328,8 @@ def test_pending_jobs_and_lost_nodes_survive_a_restart_and_a_corrupt_journal_is_
         g.gm.core.pending[b["job_id"]].spec, job_id=b["job_id"])
     assert again.lost == g.gm.lost and again.core.down == g.gm.core.down == {"n3"}
     assert again.queue() == g.gm.queue()
+    g.gm.close()  # both managers gone (their journal's WAL folded in), then a hand edit
+    again.close()
     g.journal.write_text('{"version": 2, "core": {"trunc', encoding="utf-8")
     empty = GlobalService(NODES, g.gm.config, g.gm.clock, g.dispatch, g.journal)
     assert not empty.recovered and not empty.jobs

@@ -4,13 +4,12 @@ picks up subtask outcomes it missed from the nodes' views."""
 
 from __future__ import annotations
 
-import json
 import stat
 from pathlib import Path
 from typing import Any
 
 from runtime.config import RuntimeConfig, runtime_core
-from runtime.global_service import GlobalService
+from runtime.global_service import GlobalService, read_journal
 from tests.unit.runtime.test_runtime_wiring import JOBS, NODES, Loopback, _periods
 from workloads.messages import SubtaskOutcome, SubtaskPhase
 
@@ -86,8 +85,8 @@ def test_reconcile_applies_outcomes_the_service_missed(tmp_path: Path) -> None:
     assert gone.reconcile(nodes[1], views[nodes[1]]) == 1
     assert gone.job(job)["state"] == "completed"  # type: ignore[index]
     assert all(v == 0.0 for v in gone.core.committed.values())
-    data = json.loads((tmp_path / "gm.json").read_text())
-    assert {j["job_id"]: j["state"] for j in data["jobs"]} == {job: "completed"}
+    data = read_journal(tmp_path / "gm.json")
+    assert {k: j["state"] for k, j in data["jobs"].items()} == {job: "completed"}
 
 
 def test_a_restart_mid_run_makes_the_same_decisions(tmp_path: Path) -> None:

@@ -1,0 +1,32 @@
+"""A job's run id (:class:`runtime.global_service.RunId`): the job id for its first run,
+``<job id>.<n>`` for the n-th; read back from its text, also for job ids with dots."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runtime.global_service import JobInfo, RunId
+from workloads.model import JobPhase
+
+JOB_IDS = st.text(st.sampled_from("jx0123456789.-"), min_size=1, max_size=10)
+
+
+@given(JOB_IDS, st.integers(1, 10_000), st.booleans())
+def test_a_run_id_reads_back_from_its_text(job_id: str, dispatch: int, known: bool) -> None:
+    run = RunId(job_id, dispatch)
+    text = str(run)
+    assert text == (job_id if dispatch == 1 else f"{job_id}.{dispatch}")
+    if known or dispatch > 1:  # a first run is told from a later one by the known ids
+        assert RunId.parse(text, {job_id} if known else set()) == run
+
+
+def test_a_jobs_current_run_follows_its_dispatches() -> None:
+    info = JobInfo("j00007", "a", "strict", JobPhase.PENDING, "", 0.0, None)
+    assert info.run == RunId("j00007") and info.run_id == "j00007"  # not placed yet
+    info.dispatches = 1
+    assert info.run_id == "j00007"
+    info.dispatches = 3
+    assert info.run == RunId("j00007", 3) and info.to_dict()["run_id"] == "j00007.3"
+    assert "run_id" not in info.to_record()  # the dispatch count says it
+    assert JobInfo.from_record(dict(info.to_record(), run_id="stale")).run_id == "j00007.3"
