@@ -104,13 +104,7 @@ def test_a_restart_mid_run_makes_the_same_decisions(tmp_path: Path) -> None:
         if k == 20:  # the global manager dies and comes back; the nodes run on
             loop.gm = GlobalService(NODES, config, loop.clock, loop.gm.dispatch, journal)
             assert loop.gm.recovered
-        b = k * config.cycle
-        loop.manual.set(b)
-        for node in loop.nodes.values():
-            node.tick(b)
-        loop.ctl.ingest(loop.reports)
-        loop.reports.clear()
-        loop.ctl.control(b)
+        loop.step(k)
         if all(s != "running" for s in loop.gm.job_states().values()):
             break
     loop.ctl.close()

@@ -27,13 +27,7 @@ def _grid(tmp_path: Path) -> Loopback:
 
 def _step(loop: Loopback, cycles: int, start: int = 0) -> None:
     for k in range(start, start + cycles):
-        b = k * CYCLE
-        loop.manual.set(b)
-        for node in loop.nodes.values():
-            node.tick(b)
-        loop.ctl.ingest(loop.reports)
-        loop.reports.clear()
-        loop.ctl.control(b)
+        loop.step(k)
 
 
 def _status(loop: Loopback, job_id: str | None = None, **lm_over: Any) -> dict[str, Any]:

@@ -124,17 +124,21 @@ class Loopback:
     def _ended(self, outcome: Any) -> None:
         self.gm.subtask_ended(outcome)
 
+    def step(self, k: int) -> None:
+        """Boundary ``k`` in the live order: every node ticks, the global manager hears
+        their status, the controller takes the reports and runs its period."""
+        b = k * self.gm.config.cycle
+        self.manual.set(b)
+        for node in self.nodes.values():
+            node.tick(b)
+        self.poll_status()
+        self.ctl.ingest(self.reports)
+        self.reports.clear()
+        self.ctl.control(b)
+
     def run(self, max_cycles: int = 100_000) -> None:
-        q = self.gm.config.cycle
         for k in range(max_cycles):
-            b = k * q
-            self.manual.set(b)
-            for node in self.nodes.values():
-                node.tick(b)
-            self.poll_status()
-            self.ctl.ingest(self.reports)
-            self.reports.clear()
-            self.ctl.control(b)
+            self.step(k)
             if all(s != "running" for s in self.gm.job_states().values()):
                 return
         raise AssertionError("jobs did not finish")
