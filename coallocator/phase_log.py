@@ -22,7 +22,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
@@ -169,12 +169,30 @@ def period_record(
 
 
 def to_json_line(record: PeriodRecord | SummaryRecord) -> str:
-    """One record as a deterministic JSON line (no trailing newline)."""
-    d = {k: v for k, v in asdict(record).items() if v is not None or k in _KEEP_NONE}
-    return json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    """One record as a deterministic JSON line (no trailing newline).
+
+    The fields are read directly (their values are numbers, strings and flat dicts of
+    them, which ``json`` writes as ``asdict`` would hand them over, without its deep
+    copy: the same bytes, several times faster; the simulator writes a record per job and
+    logged period)."""
+    names = _FIELD_NAMES.get(type(record))
+    if names is None:
+        d = {k: v for k, v in asdict(record).items() if v is not None or k in _KEEP_NONE}
+    else:
+        d = {}
+        for k in names:
+            v = getattr(record, k)
+            if v is not None or k in _KEEP_NONE:
+                d[k] = v
+    return _ENCODER.encode(d)
 
 
 _KEEP_NONE = frozenset({"completion_skew", "turnaround"})
+#: Field names of the records whose values are flat (see :func:`to_json_line`).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in fields(cls)) for cls in (PeriodRecord, SummaryRecord)
+}
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def drop_torn_tail(path: Path) -> int:

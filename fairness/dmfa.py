@@ -161,7 +161,7 @@ class DmfaSrq:
     ``m`` resources (sort the breakpoints, prefix sums, bisection, exact solve).
     """
 
-    __slots__ = ("_b", "_levels", "_m", "_n", "_scale", "_w", "_wd", "_total_share")
+    __slots__ = ("_b", "_levels", "_m", "_n", "_scale", "_w", "_wd", "_wd_t", "_total_share")
 
     def __init__(self, n_resources: int | None = None) -> None:
         """``n_resources``: number of resources ``m``; if ``None``, taken from the first
@@ -178,6 +178,7 @@ class DmfaSrq:
         self._w = np.empty(0)          # share w_i
         self._scale = np.empty(0)      # max_j D_ij (real tasks = x_i / scale_i)
         self._wd = np.empty((0, 0))    # w_i * d_ij, the slope user i adds to resource j
+        self._wd_t = np.empty((0, 0))  # the same by resource (row j), for _solve_level
         self._b = np.empty(0)          # x_i / w_i, the user's normalised share (breakpoint)
         self._levels: list[float] = []  # M_1..M_k
 
@@ -247,9 +248,10 @@ class DmfaSrq:
         self._w[i] = share
         self._scale[i] = scale
         self._wd[i, :] = [share * (v / scale) for v in demand]
+        self._wd_t[:, i] = self._wd[i, :]
         self._b[i] = 0.0  # x_k^{k-1} = 0
         self._total_share += share
-        level = _solve_level(self._b[:k], self._w[:k], self._wd[:k], self._total_share)
+        level = _solve_level(self._b[:k], self._wd_t[:, :k], self._total_share)
         # Lemma 1: x_i^k = max(M_k w_i, x_i^{k-1}), i.e. b_i = max(M_k, b_i).
         np.maximum(self._b[:k], level, out=self._b[:k])
         self._n = k
@@ -267,47 +269,62 @@ class DmfaSrq:
             w[:n], scale[:n], b[:n] = self._w[:n], self._scale[:n], self._b[:n]
             wd[:n] = self._wd[:n]
         self._w, self._scale, self._b, self._wd = w, scale, b, wd
+        self._wd_t = wd.T.copy()
 
 
-def _solve_level(b: np.ndarray, w: np.ndarray, wd: np.ndarray, available: float) -> float:
+def _solve_level(b: np.ndarray, wd_t: np.ndarray, available: float) -> float:
     """Largest ``M`` with ``g(M) = max_j sum_i max(M, b_i) * wd_ij <= available``.
 
-    ``b_i = x_i^{k-1} / w_i`` (the new user has ``b = 0``), ``wd_ij = w_i d_ij``. Each
-    resource's use ``f_j(M) = sum_i max(M w_i, x_i^{k-1}) d_ij`` is piecewise linear with
-    breakpoints ``b``. After sorting them, on the segment ``[b_(t), b_(t+1)]`` the users
-    ``(1)..(t)`` sit at ``M w_i`` and the others keep ``x_i^{k-1}``:
-    ``f_j(M) = M * P_j(t) + Q_j(t)`` with ``P_j(t) = sum_{s<=t} wd_(s)j`` and
-    ``Q_j(t) = sum_{s>t} b_(s) wd_(s)j``. Bisection finds the last breakpoint with
-    ``g(b_(t)) <= available`` (``g`` is non-decreasing); the optimum is then the exact root
-    ``min_j (available - Q_j(t)) / P_j(t)`` on that segment.
+    ``b_i = x_i^{k-1} / w_i`` (the new user has ``b = 0``), ``wd_t[j, i] = w_i d_ij`` (one
+    row per resource). Each resource's use ``f_j(M) = sum_i max(M w_i, x_i^{k-1}) d_ij`` is
+    piecewise linear with breakpoints ``b``. After sorting them (stably), on the segment
+    ``[b_(t), b_(t+1)]`` the users ``(1)..(t)`` sit at ``M w_i`` and the others keep
+    ``x_i^{k-1}``: ``f_j(M) = M * P_j(t) + Q_j(t)`` with ``P_j(t) = sum_{s<=t} wd_(s)j``
+    and ``Q_j(t) = sum_{s>t} b_(s) wd_(s)j`` (sequential sums, from the left and from the
+    right). Bisection finds the last breakpoint with ``g(b_(t)) <= available`` (``g`` is
+    non-decreasing); the optimum is then the exact root ``min_j (available - Q_j(t)) /
+    P_j(t)`` on that segment. The sums are numpy's (one row per resource); the products,
+    sums and comparisons at the bisection's breakpoints are float arithmetic, the same
+    IEEE operations one resource at a time as numpy's on a row.
     """
     order = np.argsort(b, kind="stable")
-    bs = b[order]
-    wds = wd[order]
-    prefix = np.cumsum(wds, axis=0)                         # P_j(t), row t
-    held = bs[:, None] * wds                                # x_(s) d_(s)j
-    suffix = np.cumsum(held[::-1], axis=0)[::-1]            # sum_{s>=t}
-    rest = np.zeros_like(suffix)
-    rest[:-1] = suffix[1:]                                  # Q_j(t) = sum_{s>t}
+    backward = order[::-1]
+    bs = b.take(order)
+    bs_backward = b.take(backward)
+    k = len(bs)
+    # Per resource row: P_j(t) by a sequential sum from the left, and the sequential sums
+    # from the right of x_(s) d_(s)j = b_(s) wd_(s)j, kept in right-to-left order so that
+    # Q_j(t) = backward_sums_j[k - 2 - t].
+    accumulate = np.add.accumulate
+    prefix: list[np.ndarray] = []
+    suffix: list[np.ndarray] = []
+    for row in wd_t:
+        prefix.append(accumulate(row.take(order)))
+        suffix.append(accumulate(row.take(backward) * bs_backward))
+
+    def usage(t: int) -> list[tuple[float, float]]:
+        """``(P_j(t), Q_j(t))`` per resource, as floats."""
+        return [(float(p[t]), float(q[k - 2 - t]) if t + 1 < k else 0.0)
+                for p, q in zip(prefix, suffix)]
 
     def fits(t: int) -> bool:
-        return float(np.max(bs[t] * prefix[t] + rest[t])) <= available
+        bt = float(bs[t])
+        return max(bt * p + q for p, q in usage(t)) <= available
 
     # fits(0) holds: b_(0) = 0 is the new user and the others use at most W_{k-1} < W_k.
-    lo, hi = 0, len(bs) - 1
+    lo, hi = 0, k - 1
     while lo < hi:  # invariant: fits(lo); answer in [lo, hi]
         mid = (lo + hi + 1) // 2
         if fits(mid):
             lo = mid
         else:
             hi = mid - 1
-    slope = prefix[lo]
-    room = available - rest[lo]
-    positive = slope > 0.0  # the new user has a nonzero demand, so some slope is > 0
-    level = float(np.min(room[positive] / slope[positive]))
+    # The exact root on that segment; the new user has a nonzero demand, so some slope
+    # P_j(lo) is > 0.
+    level = min((available - q) / p for p, q in usage(lo) if p > 0.0)
     # The exact root lies in [b_(lo), b_(lo+1)); clamp away rounding at the ends.
     level = max(level, float(bs[lo]))
-    if lo + 1 < len(bs):
+    if lo + 1 < k:
         level = min(level, float(bs[lo + 1]))
     # The seed's Theorem 2 (sharing incentive): M_k >= 1, since ``x_i = max(w_i, x_i^{k-1})``
     # is always feasible. When it holds with equality the division above can land an ulp

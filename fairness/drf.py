@@ -36,6 +36,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+import numpy as np
+
 from fairness._validate import (
     check_finite,
     check_length,
@@ -177,22 +179,73 @@ def _progressive_filling(
     dem: tuple[tuple[float, ...], ...],
     delta: Sequence[float],
     caps: Sequence[float],
+    min_users: int | None = None,
+    min_launches: int | None = None,
 ) -> list[int]:
-    """Algorithm 1 on a heap of ``(s_i, i)``; returns the task counts."""
-    m = len(cap)
+    """Algorithm 1; returns the task counts.
+
+    With at least ``min_users`` users (default :data:`_BATCH_MIN_USERS`), the stretches
+    in which at least ``min_launches`` (default :data:`_BATCH_MIN_LAUNCHES`) launches come
+    before any resource may refuse one go through :func:`_batch_launches` (numpy); the heap
+    (:func:`_heap_launches`) takes the rest. Both make the same decisions in the same order
+    with the same float sums, so the counts are those of the heap alone.
+    """
+    min_users = _BATCH_MIN_USERS if min_users is None else min_users
+    min_launches = _BATCH_MIN_LAUNCHES if min_launches is None else min_launches
+    n = len(dem)
+    tasks = [0] * n
+    used = [0.0] * len(cap)
+    alive = [caps[i] >= 1.0 for i in range(n)]
+    if n < min_users:
+        _heap_launches(cap, dem, delta, caps, tasks, used, alive, None)
+        return tasks
+    arrays = _BatchArrays(cap, dem, delta, caps)
+    while any(alive):
+        if not _batch_launches(arrays, tasks, used, alive, min_launches):
+            # A refusal, or too few launches ahead before a resource may refuse one: a
+            # round of heap decisions (every alive user gets a turn or two) goes on.
+            if _heap_launches(cap, dem, delta, caps, tasks, used, alive,
+                              2 * sum(alive) + min_launches):
+                break
+    return tasks
+
+
+#: Users from which :func:`_progressive_filling` takes launches in numpy batches.
+_BATCH_MIN_USERS = 64
+#: Fewest predicted launches for which a batch is worth its numpy overhead.
+_BATCH_MIN_LAUNCHES = 2048
+#: Most launches generated in one batch (bounds its memory: about 60 bytes per launch).
+_BATCH_MAX_LAUNCHES = 1 << 21
+
+
+def _heap_launches(
+    cap: tuple[float, ...],
+    dem: tuple[tuple[float, ...], ...],
+    delta: Sequence[float],
+    caps: Sequence[float],
+    tasks: list[int],
+    used: list[float],
+    alive: list[bool],
+    max_decisions: int | None,
+) -> bool:
+    """Algorithm 1 on a heap of ``(s_i, i)`` from the state ``tasks``, ``used`` (resource
+    units), ``alive`` (users still in the heap), updated in place; stops after
+    ``max_decisions`` decisions (``None``: no bound). Returns whether the heap emptied."""
     limit = [c * (1.0 + FIT_SLACK) for c in cap]
-    used = [0.0] * m
-    tasks = [0] * len(dem)
     # Only the resources a user needs are checked and charged.
     needs = [[(j, v) for j, v in enumerate(row) if v > 0.0] for row in dem]
-    heap = [(0.0, i) for i in range(len(dem)) if caps[i] >= 1.0]  # sorted, hence a heap
+    heap = [(tasks[i] * delta[i], i) for i in range(len(dem)) if alive[i]]
+    heapq.heapify(heap)
     heapreplace, heappop = heapq.heapreplace, heapq.heappop
-    while heap:
+    budget = -1 if max_decisions is None else max_decisions
+    while heap and budget != 0:
+        budget -= 1
         i = heap[0][1]
         need = needs[i]
         for j, v in need:
             if used[j] + v > limit[j]:
                 heappop(heap)  # never fits again: nothing is released in a one-shot round
+                alive[i] = False
                 break
         else:
             for j, v in need:
@@ -202,7 +255,96 @@ def _progressive_filling(
                 heapreplace(heap, (x * delta[i], i))
             else:
                 heappop(heap)
-    return tasks
+                alive[i] = False
+    return not heap
+
+
+class _BatchArrays:
+    """The per-user figures :func:`_batch_launches` reads, as numpy arrays (private)."""
+
+    __slots__ = ("dem_t", "delta", "last_k", "limit", "positive")
+
+    def __init__(self, cap: tuple[float, ...], dem: tuple[tuple[float, ...], ...],
+                 delta: Sequence[float], caps: Sequence[float]) -> None:
+        self.dem_t = np.array(dem, dtype=np.float64).T.copy()  # (m, n): d_ij by resource
+        self.positive = self.dem_t > 0.0
+        self.delta = np.array(delta, dtype=np.float64)
+        # The last task count k from which a user may launch: k + 1 <= cap_i.
+        self.last_k = np.floor(np.minimum(np.array(caps, dtype=np.float64) - 1.0, 2.0**53))
+        self.limit = np.array([c * (1.0 + FIT_SLACK) for c in cap], dtype=np.float64)
+
+
+def _batch_launches(
+    arrays: _BatchArrays, tasks: list[int], used: list[float], alive: list[bool],
+    min_launches: int,
+) -> bool:
+    """Take, in numpy, the heap's decisions up to the first refusal or a share level ``L``
+    ahead, from the state ``tasks``, ``used``, ``alive`` (updated in place, as
+    :func:`_heap_launches` would leave it after the same decisions).
+
+    The heap launches user ``i``'s next tasks at keys ``(k delta_i, i)`` for ``k = x_i,
+    x_i + 1, ...`` in increasing order of key, until a launch does not fit. So the launches
+    with keys below ``L`` are those keys, sorted (a stable sort of keys listed by user gives
+    the heap's tie-break); the resources' running sums ``used_j + d_ij`` are a sequential
+    ``add.accumulate`` (the heap's additions in its order), and the first launch whose sum
+    passes ``C_j (1 + FIT_SLACK)`` on a resource it needs is the heap's first refusal: the
+    launches before it are taken and its user is dropped. ``L`` is where the first resource
+    would fill if every alive user rose at its current rate. Returns whether the batch
+    reached ``L`` without a refusal; ``False`` also, with the state untouched, when fewer
+    than ``min_launches`` launches are predicted.
+    """
+    live = np.flatnonzero(np.array(alive, dtype=bool))
+    x = np.array(tasks, dtype=np.float64)[live]
+    delta = arrays.delta[live]
+    level = float(np.min(x * delta))
+    room = arrays.limit - np.array(used, dtype=np.float64)
+    rate = arrays.dem_t[:, live] @ (1.0 / delta)  # resource j per unit of share level
+    with np.errstate(divide="ignore"):
+        ahead = np.where(rate > 0.0, room / rate, np.inf)
+    span = float(np.min(ahead))
+    if not span > 0.0:
+        return False
+    inv_delta = 1.0 / delta
+    if math.isinf(span):  # every alive user is capped before any resource fills
+        span = float(np.max((arrays.last_k[live] + 1.0) * delta)) - level
+    predicted = span * float(inv_delta.sum())
+    if predicted < min_launches:
+        return False
+    if predicted > _BATCH_MAX_LAUNCHES:
+        span *= _BATCH_MAX_LAUNCHES / predicted
+    top = level + span
+    # Candidates k = x_i .. min(last_k_i, floor(top / delta_i) + 1), then keys < top.
+    upper = np.minimum(arrays.last_k[live], np.floor(top * inv_delta) + 1.0)
+    count = np.maximum(upper - x + 1.0, 0.0).astype(np.int64)
+    total = int(count.sum())
+    if total == 0:
+        return False
+    owner = np.repeat(np.arange(len(live)), count)
+    start = np.cumsum(count) - count
+    k = np.arange(total, dtype=np.float64) - np.repeat(start - x, count)
+    keys = k * delta[owner]
+    keep = keys < top
+    owner, keys = owner[keep], keys[keep]
+    order = np.argsort(keys, kind="stable")
+    user = live[owner[order]]
+    steps = arrays.dem_t[:, user]  # (m, T): each launch's demand by resource
+    sums = np.empty((steps.shape[0], steps.shape[1] + 1))
+    sums[:, 0] = used
+    sums[:, 1:] = steps
+    np.add.accumulate(sums, axis=1, out=sums)
+    refused = ((sums[:, 1:] > arrays.limit[:, None]) & arrays.positive[:, user]).any(axis=0)
+    first = int(np.argmax(refused)) if refused.any() else len(user)
+    launched = np.bincount(user[:first], minlength=len(tasks))
+    last_k = arrays.last_k
+    for i in np.flatnonzero(launched).tolist():
+        tasks[i] += int(launched[i])
+        if tasks[i] > last_k[i]:  # at its cap: x + 1 > cap_i
+            alive[i] = False
+    used[:] = sums[:, first].tolist()
+    if first < len(user):
+        alive[int(user[first])] = False
+        return False
+    return True
 
 
 def _fluid_filling(

@@ -41,7 +41,8 @@ def _water_fill(capacity: float, d: tuple[float, ...], w: tuple[float, ...]) -> 
     n = len(d)
     if sum(d) <= capacity:
         return d
-    order = sorted(range(n), key=lambda i: d[i] / w[i])
+    ratio = [a / b for a, b in zip(d, w)]
+    order = sorted(range(n), key=ratio.__getitem__)
     # Weight of the users from position k on, summed from the back: subtracting served
     # weights from the total would leave a tiny weight after large ones as a difference of
     # large numbers, and the shares would overshoot the capacity.

@@ -230,6 +230,11 @@ class LocalScheduler:
         self._quiet_known: tuple[_LastCycle, int] | None = None
         # (a _LastCycle, quiet_cycles(cycle, 0) for it), found while booking it.
         self._quiet_next: tuple[_LastCycle, int] | None = None
+        # Per (queue, uncapped split): the last water filling's capacity, demands, weights
+        # and allocation (_share_queue).
+        self._fill_cache: dict[
+            tuple[QueueName, bool], tuple[float, list[float], list[float], list[float]]
+        ] = {}
 
     # ----------------------------------------------------------------- membership
     def add(self, subtask: Subtask, now: float) -> None:
@@ -617,7 +622,8 @@ class LocalScheduler:
         demands = dict(cap)
         demands.update(uncapped)
         shares: dict[tuple[str, int], float] = {}
-        self._share_queue(qos, qos_cpu, demands, QueueName.QOS, full_cpu, capacity, shares)
+        self._share_queue(qos, qos_cpu, demands, QueueName.QOS, full_cpu, capacity, shares,
+                          uncapped=True)
         return {key: shares.get(key, 0.0) for key in uncapped}
 
     def qos_capacity(self, cycle: float) -> float:
@@ -669,10 +675,12 @@ class LocalScheduler:
         full_cpu: float,
         capacity: float,
         granted: dict[tuple[str, int], float],
+        uncapped: bool = False,
     ) -> float:
         """Split ``queue_cpu`` Mcycles among a queue's entries (and its virtual subtasks),
         writing each real entry's grant into ``granted``; return what the virtual subtasks
-        held (Mcycles)."""
+        held (Mcycles). ``uncapped``: the split is :meth:`_available_uncapped`'s (kept apart
+        in the cache of the last water filling per queue)."""
         weights: list[float] = []
         demands: list[float] = []
         multi = False
@@ -693,7 +701,16 @@ class LocalScheduler:
         if multi:
             alloc = self._drf_share(members, demands, weights, queue_cpu, full_cpu, capacity)
         else:
-            alloc = water_fill(queue_cpu, demands, weights)
+            # The same water filling as the last time this queue was shared with the same
+            # figures (another queue's entry changed) is the same list: reuse it.
+            slot = (queue, uncapped)
+            hit = self._fill_cache.get(slot)
+            if (hit is not None and hit[0] == queue_cpu and hit[1] == demands
+                    and hit[2] == weights):
+                alloc = hit[3]
+            else:
+                alloc = water_fill(queue_cpu, demands, weights)
+                self._fill_cache[slot] = (queue_cpu, demands, weights, alloc)
         for i in range(n_real):
             granted[members[i].key] = alloc[i]
         return float(sum(alloc[n_real:]))
@@ -953,16 +970,17 @@ class LocalScheduler:
         qos_granted: list[float] = []
         finished: list[tuple[str, int]] = []
         qos = QueueName.QOS
+        grant_of = granted.get
         for e in entries:
             s = e.subtask
-            key = (s.job_id, s.index)
+            key = e.key  # (s.job_id, s.index), fixed for the entry's life
             left = s.work - s.done_work
             # Expected work per cycle (x in eq. 4): the admitted rate, but never more
             # than the work left, so a subtask finishing mid-cycle is not "late".
             per = s.expected_rate * cycle
             if repeat == 1:
                 x = per if per < left else left
-                g = granted.get(key, 0.0)
+                g = grant_of(key, 0.0)
                 # Work really done: what a process measured, else the grant.
                 w = measured[key] if measured is not None and key in measured else g
                 s.done_work += w

@@ -321,3 +321,53 @@ def test_online_bad_input() -> None:
         DmfaSrq(0)
     with pytest.raises(ValueError, match=r"^allocation: no user"):
         DmfaSrq(2).allocation()
+
+
+def _sorted_bisection_level(b, wd, available: float) -> float:
+    """The solver as first written (before issue 17 took the sums row by row and read
+    the bisection's breakpoints one at a time): one ``(k, m)`` matrix, ``g`` at each
+    visited breakpoint by numpy. The oracle for the bytes of the levels."""
+    np = pytest.importorskip("numpy")
+    order = np.argsort(b, kind="stable")
+    bs, wds = b[order], wd[order]
+    prefix = np.cumsum(wds, axis=0)
+    suffix = np.cumsum((bs[:, None] * wds)[::-1], axis=0)[::-1]
+    rest = np.zeros_like(suffix)
+    rest[:-1] = suffix[1:]
+    lo, hi = 0, len(bs) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if float(np.max(bs[mid] * prefix[mid] + rest[mid])) <= available:
+            lo = mid
+        else:
+            hi = mid - 1
+    slope, room = prefix[lo], available - rest[lo]
+    level = float(np.min(room[slope > 0.0] / slope[slope > 0.0]))
+    level = max(level, float(bs[lo]))
+    if lo + 1 < len(bs):
+        level = min(level, float(bs[lo + 1]))
+    return max(level, 1.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrivals(max_users=40), st.booleans())
+def test_levels_are_the_first_solvers_bit_for_bit(
+    instance: tuple[list[list[float]], list[float]], coarse: bool
+) -> None:
+    """Every ``M_k`` equals, to the last bit, what the one-matrix solver computes from the
+    same state; ``coarse`` rounds demands to quarters so that breakpoints tie often."""
+    np = pytest.importorskip("numpy")
+    demands, shares = instance
+    if coarse:
+        demands = [[math.ceil(v * 4) / 4 for v in row] for row in demands]
+    levels = dmfa_srq(demands, shares).levels
+    m = len(demands[0])
+    b, wd, available = np.zeros(0), np.zeros((0, m)), 0.0
+    for k, (row, w) in enumerate(zip(demands, shares)):
+        scale = max(row)
+        b = np.append(b, 0.0)
+        wd = np.vstack([wd, [w * (v / scale) for v in row]])
+        available += w
+        level = _sorted_bisection_level(b, wd, available)
+        assert level == levels[k]
+        b = np.maximum(b, level)

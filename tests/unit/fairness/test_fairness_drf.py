@@ -377,3 +377,54 @@ def test_fluid_never_exceeds_capacity_with_extreme_weight_ratios(
         assert used <= c * (1 + 1e-12)
     for x, cap in zip(r.tasks, caps):
         assert 0.0 <= x <= (math.inf if cap is None else cap)
+
+
+# --- the batched progressive filling against the heap alone --------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(inst=instances(vector_weights=True, max_users=12),
+       scale=st.sampled_from([1.0, 7.0, 100.0, 1000.0]),
+       min_launches=st.sampled_from([1, 4, 64]))
+def test_batched_filling_makes_the_heaps_decisions(inst, scale: float,
+                                                   min_launches: int) -> None:
+    """numpy batches (forced on every stretch of at least ``min_launches`` launches) give
+    the task counts and the resource sums of the heap alone, bit for bit: ties, caps,
+    zero demands and refusals included."""
+    from fairness.drf import (
+        _caps,
+        _heap_launches,
+        _per_task_share,
+        _prepare,
+        _progressive_filling,
+        _weight_matrix,
+    )
+
+    capacity, demands, weights, caps = inst
+    cap, dem = _prepare([c * scale for c in capacity], demands)
+    n, m = len(dem), len(cap)
+    wmat = _weight_matrix(weights, n, m)
+    limits = _caps(caps, n)
+    delta = [_per_task_share(cap, row, w) for row, w in zip(dem, wmat)]
+    tasks, used, alive = [0] * n, [0.0] * m, [c >= 1.0 for c in limits]
+    assert _heap_launches(cap, dem, delta, limits, tasks, used, alive, None)
+    batched = _progressive_filling(cap, dem, delta, limits, min_users=1,
+                                   min_launches=min_launches)
+    assert batched == tasks
+    assert drf(cap, dem, weights, caps).tasks == tuple(tasks)
+
+
+def test_batched_filling_on_a_pool_of_thousands_of_tasks() -> None:
+    """A round large enough for the default thresholds: 300 users, about 34 tasks each,
+    the first resource saturating; batches and heap agree on every count."""
+    from fairness.drf import _heap_launches, _per_task_share, _progressive_filling
+
+    rng = random.Random(17)
+    dem = tuple((rng.choice([0.5, 1.0, 2.0, 4.0]), rng.choice([1.0, 2.0, 4.0, 8.0]),
+                 rng.choice([0.0, 0.1, 0.5])) for _ in range(300))
+    cap = (12000.0, 80000.0, 8000.0)
+    delta = [_per_task_share(cap, row, (1.0,) * 3) for row in dem]
+    limits = [math.inf] * 300
+    tasks, used, alive = [0] * 300, [0.0] * 3, [True] * 300
+    _heap_launches(cap, dem, delta, limits, tasks, used, alive, None)
+    assert sum(tasks) > 2 * 2048  # at least one default-sized batch
+    assert _progressive_filling(cap, dem, delta, limits) == tasks
