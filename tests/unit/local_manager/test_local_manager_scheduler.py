@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fairness.drf import drf
@@ -690,3 +690,67 @@ def test_the_qos_capacity_is_a_rate_and_needs_a_real_cycle() -> None:
     for bad in (0.0, -1.0, math.inf, math.nan):
         with pytest.raises(ValueError, match="cycle"):
             s.qos_capacity(bad)
+
+
+# ------------------------------------------- replaying a split: the same bits as afresh
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    cores=st.sampled_from([1.0, 2.0]),
+    wc=st.booleans(),
+    works=st.lists(
+        st.tuples(st.sampled_from(list(QosClass)), st.floats(5e3, 4e5)),
+        min_size=1, max_size=7,
+    ),
+    caps=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 12),
+                  st.sampled_from([0.0, 300.0, 700.0, 1500.0, 2500.0, 4000.0])),
+        max_size=12,
+    ),
+    cycles=st.integers(4, 14),
+)
+# A grid-local subtask alone on the node ends within a cycle after its last replay: the
+# capacity measured then is not the one measured while it had a full cycle's work left.
+@example(cores=1.0, wc=True, works=[(QosClass.LOCAL, 65000.0)], caps=[], cycles=4)
+# Rate caps that bind (300, 700 Mcycles/s) and one that does not (1500): only the last
+# change keeps the split.
+@example(cores=1.0, wc=False, works=[(QosClass.STRICT, 3e5), (QosClass.LOCAL, 3e5)],
+         caps=[(0, 2, 300.0), (0, 4, 700.0), (0, 6, 1500.0), (0, 8, 2500.0)], cycles=9)
+def test_a_replayed_split_and_the_qos_capacity_are_those_computed_afresh(
+    cores: float,
+    wc: bool,
+    works: list[tuple[QosClass, float]],
+    caps: list[tuple[int, int, float]],
+    cycles: int,
+) -> None:
+    """A node that replays its last split (quiet countdown, rate caps that leave every
+    CPU cap as it was, a cached QoS capacity) books, to the bit, what a node that
+    computes every cycle afresh books: the second node's split is dropped before every
+    cycle (a clock restored to where it is changes nothing else)."""
+    node = Node("n", 1000.0, cores=cores)
+
+    def make() -> LocalScheduler:
+        s = LocalScheduler(node, LocalSchedulerConfig(
+            work_conserving=wc, virtual_mode=VirtualSubtaskMode.PACED))
+        for i, (qos, work) in enumerate(works):
+            s.add(sub(f"j{i}", qos, work=work, rate=200.0), 0.0)
+        return s
+
+    replaying, fresh = make(), make()
+    for c in range(1, cycles + 1):
+        for i, at, rate_cap in caps:
+            if at == c and i < len(works):
+                key = (f"j{i}", 0)
+                for s in (replaying, fresh):
+                    t = s.get(key)
+                    if t is not None and t.finish_time is None:
+                        s.set_weights(key, t.weight, t.virtual_weight, rate_cap)
+        # Every running clock is at the last cycle's end: this only drops the split.
+        fresh.skip_to(30.0 * (c - 1))
+        assert replaying.qos_capacity(30.0) == fresh.qos_capacity(30.0)
+        a, b = replaying.step_lean(30.0 * c, 30.0), fresh.step_lean(30.0 * c, 30.0)
+        assert a.rows == b.rows and a.used == b.used and a.virtual_idle == b.virtual_idle
+        for key in a.finished:
+            replaying.remove(key)
+            fresh.remove(key)
