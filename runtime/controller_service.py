@@ -14,6 +14,12 @@ Reports are ingested as they arrive; the transport has already dropped (and coun
 frames, duplicates and (with CURVE) reports whose node is not the node of the key that
 sent them.
 
+Late local managers. A local manager that is late steps the missed cycles one by one when
+it catches up (up to ``stall_cycles``), so the reports it owes for the period being
+evaluated have not arrived yet; the controller core carries its clocks at their last rate
+to the period's time instead of comparing stale clocks with fresh ones (``catch_up``,
+:mod:`coallocator.core`, "Late reports"). Counted in ``estimated_clocks``.
+
 The controller's view. A report is also checked against what the controller knows before
 it is applied: its ``node`` must be the node its subtask was placed on (else it is
 dropped as ``wrong_node``), and its ``incarnation`` must be that node's current one (else
@@ -190,6 +196,10 @@ class ControllerService:
             self._write,
             config.log_every,
             config.control_period,
+            # A local manager up to ``stall_cycles`` late steps the missed cycles when it
+            # catches up: until then its clocks are carried at their last rate (a report
+            # from one that was later resynchronises without the missed work).
+            catch_up=config.stall_cycles * config.cycle,
         )
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -491,7 +501,7 @@ class ControllerService:
                         "turnaround": summ.turnaround,
                     },
                 )
-            counters = dict(self.counters)
+            counters = dict(self.counters, estimated_clocks=self.core.estimated_clocks)
             incarnations = self.incarnations.snapshot()
         transport = dict(self.reports.counters())
         commands = dict(self.commands.counters())

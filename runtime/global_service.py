@@ -7,11 +7,12 @@ configuration (rate per weight, QoS share) and node budgets; an admitted grid Qo
 registered with the controller before its subtasks are handed to their nodes.
 
 A submission at model time ``now`` is admitted at the cycle boundary ``b`` at or after
-``now + start_margin`` (the margin, in real seconds, lets the Ray calls reach every node in
-time): the job's subtasks start at ``b`` on every node, the controller tracks it from
-``b``, as the simulator admits a job at the boundary of its arrival. A batch of jobs
-(one ``submit`` call) shares one ``b`` and is admitted in order, so the same batch makes
-the same decisions as the simulator given the same node loads.
+``now + margin`` (the margin, in real seconds, lets the Ray calls reach every node in
+time: ``start_margin_s``, or more when recent dispatch calls were slow,
+:mod:`runtime.start_margin`): the job's subtasks start at ``b`` on every node, the
+controller tracks it from ``b``, as the simulator admits a job at the boundary of its
+arrival. A batch of jobs (one ``submit`` call) shares one ``b`` and is admitted in order,
+so the same batch makes the same decisions as the simulator given the same node loads.
 
 Persistence (write-ahead). Given a ``journal`` path, the service writes its job table and
 the core's state (committed and load rates, RNG, job ids) to that file atomically
@@ -40,6 +41,7 @@ from global_manager.core import GlobalManagerCore, QueueMode
 from global_manager.engine import start_run
 from runtime.config import RuntimeConfig
 from runtime.metrics import NullGlobalMetrics, QueueGauges
+from runtime.start_margin import StartMargin, dispatch_calls
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.atomic import atomic_write_json
 from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase, initial_pace_of
@@ -168,6 +170,7 @@ class GlobalService:
         self.metrics = metrics or NullGlobalMetrics()
         self.clock = clock
         self.dispatch = dispatch
+        self.start_margin = StartMargin(config.start_margin_s)
         self.policy = config.get_policy()
         self.core = GlobalManagerCore(
             nodes,
@@ -444,9 +447,10 @@ class GlobalService:
         return newly
 
     # --------------------------------------------------------------- submission
-    def start_boundary(self) -> float:
-        """The boundary a submission made now starts at (model s)."""
-        margin = self.config.start_margin_s * self.config.time_scale
+    def start_boundary(self, calls: int = 1) -> float:
+        """The boundary a submission made now starts at (model s), for a dispatch of
+        ``calls`` sequential calls (:class:`runtime.start_margin.StartMargin`)."""
+        margin = self.start_margin.seconds(calls) * self.config.time_scale
         return boundary_at_or_after(self.clock.now() + margin, self.config.cycle)
 
     def submit(self, specs: list[JobSpec], token: str | None = None) -> list[dict[str, Any]]:
@@ -458,7 +462,7 @@ class GlobalService:
             if token is not None and token in self.tokens:
                 return [dict(a) for a in self.tokens[token]]
             now = self.clock.now()
-            start = self.start_boundary()
+            start = self.start_boundary(dispatch_calls([len(s.subtasks) for s in specs]))
             ids: list[str] = []
             placed: list[tuple[JobInfo, tuple[Subtask, ...]]] = []
             for spec in specs:
@@ -528,7 +532,9 @@ class GlobalService:
         cycle): expire what waited past its ``max_wait``, place what fits, dispatch it.
         Returns how many jobs were placed."""
         with self._lock:
-            start = self.start_boundary()
+            # Usually one job leaves the queue per cycle: the largest one's calls.
+            gangs = [len(r.spec.subtasks) for r in self.core.pending.values()]
+            start = self.start_boundary(dispatch_calls([max(gangs, default=1)]))
             placed, expired = self._cycle(start)
             if not placed and not expired:
                 return 0
@@ -586,17 +592,25 @@ class GlobalService:
         qos = QosClass(info.qos)
         reached: list[str] = []
 
+        def took(began: float) -> None:
+            # Real seconds on the service's clock (a manual clock in tests: 0).
+            self.start_margin.observe_call((self.clock.now() - began) / self.config.time_scale)
+
         def register(reg: JobRegistration) -> None:
+            began = self.clock.now()
             try:
                 self.dispatch.register(reg)
             except Exception as exc:  # noqa: BLE001 - any failure aborts the dispatch
                 raise DispatchFailed("the controller", None, exc) from exc
+            took(began)
 
         def place(node: str, group: list[Subtask]) -> None:
+            began = self.clock.now()
             try:
                 self.dispatch.place(node, group, start)
             except Exception as exc:  # noqa: BLE001
                 raise DispatchFailed(f"the local manager of node {node}", node, exc) from exc
+            took(began)
             reached.append(node)
 
         grid = qos in (QosClass.STRICT, QosClass.LOOSE)
