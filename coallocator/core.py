@@ -335,9 +335,9 @@ class ControllerCore:
             ControlRequest(now, tuple(states), self.node_slack(), self.period_length or 0.0),
             self.config,
         )
-        for job, decision, estimated in zip(controlled, reply.decisions, estimates):
+        for job, decision, carried in zip(controlled, reply.decisions, estimates):
             job.tracker.observe(
-                decision.phase_difference, decision.mean_virtual - now, estimated is not None
+                decision.phase_difference, decision.mean_virtual - now, carried is not None
             )
             job.last_phase, job.last_mean = decision.phase_difference, decision.mean_virtual
             job.last_window = decision.window.value
@@ -362,7 +362,7 @@ class ControllerCore:
                     s.index: (s.weight, s.virtual_weight) for s in job.subtasks if not s.done
                 }
                 self._emit(period_record(decision, k, now, weights, clock_offset, clock_quality,
-                                         estimated))
+                                         carried))
         return commands
 
     def _restore(self, job: _JobTrack, st: _SubtaskTrack) -> list[ReweightCommand]:

@@ -32,10 +32,10 @@ from runtime.config import (
     GLOBAL_NAME,
     NAMESPACE,
     RuntimeConfig,
-    local_manager_name,
 )
 from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
+from runtime.node_host import node_handle
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
 from workloads.messages import JobRegistration, SubtaskOutcome
@@ -423,9 +423,10 @@ class GlobalManagerActor:
         self.real = make_real_clock(config.ntp_servers)
         self.clock = ModelClock(self.real, base)
         self.controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+        # A node's own actor, or its place in a node host (``up --nodes-per-process``).
+        hosts = dict(self.info.get("node_hosts") or {})
         self.local_managers = {
-            node.name: ray.get_actor(local_manager_name(node.name), namespace=NAMESPACE)
-            for node, _, _ in placements
+            node.name: node_handle(node.name, hosts.get(node.name)) for node, _, _ in placements
         }
         journal = self.info.get("gm_journal")
         from runtime.metrics import RayGlobalMetrics

@@ -214,6 +214,8 @@ class NodeRuntime:
         self.running = False
         self.error: str | None = None
         self.checkpoint = checkpoint
+        #: The last idle state written (boundary left out; None: not idle).
+        self._idle_written: dict[str, Any] | None = None
 
     # ----------------------------------------------------------------- checkpoint
     def checkpoint_state(self) -> dict[str, Any]:
@@ -252,13 +254,22 @@ class NodeRuntime:
             }
 
     def write_checkpoint(self) -> None:
-        """Write :meth:`checkpoint_state` to the checkpoint file (if any), atomically."""
+        """Write :meth:`checkpoint_state` to the checkpoint file (if any), atomically. A
+        node with no subtask whose last written state had none either and the same
+        history is not written again: only the boundary would change, and a restore
+        needs it only for subtasks (an idle node costs no fsync per cycle)."""
         if self.checkpoint is None:
             return
+        state = self.checkpoint_state()
+        idle = None if state["subtasks"] else dict(state, boundary=None)
+        if idle is not None and idle == self._idle_written:
+            return
         try:
-            atomic_write_json(self.checkpoint, self.checkpoint_state())
+            atomic_write_json(self.checkpoint, state)
         except (OSError, ValueError):
             self.counters["checkpoint_errors"] += 1
+            return
+        self._idle_written = idle
 
     def restore(self, data: dict[str, Any], attach: Callable[[dict[str, Any]], Any]) -> int:
         """Take over a dead manager's subtasks from its :meth:`checkpoint_state`, before

@@ -141,7 +141,16 @@ def test_random_kills_of_every_actor_lose_no_job(deployment: Any, capsys: Any) -
         done = {r["job"] for r in recs if r["type"] == "summary"}
         return recs if runs <= done else None
 
-    records = wait_for(summarised, timeout=30)
+    try:
+        records = wait_for(summarised, timeout=30)
+    except AssertionError:
+        recs = list(read_log(Path(log), on_torn=lambda _: None))
+        missing = runs - {r["job"] for r in recs if r["type"] == "summary"}
+        last = {r["job"]: r for r in recs if r["job"] in missing}
+        jobs = [client.job(j) for j in ids if client.job(j)["run_id"] in missing]
+        raise AssertionError(f"completed runs without a summary: {sorted(missing)}; "
+                             f"their last records: {list(last.values())}; kills {kills}; "
+                             f"jobs {jobs}") from None
     times: dict[str, list[float]] = {}
     summaries: dict[str, int] = {}
     for r in records:
