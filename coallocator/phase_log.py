@@ -22,7 +22,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
@@ -184,8 +184,15 @@ def period_record(
 
 
 def to_json_line(record: PeriodRecord | SummaryRecord) -> str:
-    """One record as a deterministic JSON line (no trailing newline)."""
-    d = {k: v for k, v in asdict(record).items() if v is not None or k in _KEEP_NONE}
+    """One record as a deterministic JSON line (no trailing newline). The fields are read
+    as they are: the records hold numbers, strings and flat ``{str: float}`` maps, which
+    ``json`` serialises without the deep copy ``dataclasses.asdict`` makes (two thirds of
+    a live control period's time at 250 gangs)."""
+    d = {}
+    for f in fields(record):
+        v = getattr(record, f.name)
+        if v is not None or f.name in _KEEP_NONE:
+            d[f.name] = v
     return json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
