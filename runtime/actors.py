@@ -151,29 +151,38 @@ class ControllerActor:
             target=self.service.run, name="coalloc-controller", daemon=True
         )
         self._thread.start()
-        if self.service.recovered:
-            threading.Thread(
-                target=self._resync_loop, name="coalloc-controller-resync", daemon=True
-            ).start()
+        threading.Thread(
+            target=self._resync_loop, name="coalloc-controller-resync", daemon=True
+        ).start()
 
     def _resync_loop(self) -> None:
-        """After a restart: every :data:`RECONCILE_S`, track again the running jobs the
+        """Every :data:`RECONCILE_S`: after a restart, track again the running jobs the
         global manager lists and mark the subtasks it knows ended (their done reports
-        went to the dead process). Ends when the controller stops."""
+        went to the dead process); always, close the tracked runs the global manager says
+        ended more than ``stall_cycles`` cycles ago (a done report lost on the way). Ends
+        when the controller stops."""
         import ray
 
         gm: Any = None
+        settle = self.config.stall_cycles * self.config.cycle
         while self._thread.is_alive():
             try:
                 if gm is None:
                     gm = ray.get_actor(GLOBAL_NAME, namespace=NAMESPACE)
-                jobs = ray.get(gm.controller_jobs.remote(), timeout=CALL_TIMEOUT_S)
-                for reg, ended in jobs:
-                    if self.service.resume_job(reg, ended):
-                        self.resumed += 1
-                    else:
-                        for i, t in ended.items():
-                            self.service.subtask_ended(reg.job_id, i, t)
+                if self.service.recovered:
+                    jobs = ray.get(gm.controller_jobs.remote(), timeout=CALL_TIMEOUT_S)
+                    for reg, ended in jobs:
+                        if self.service.resume_job(reg, ended):
+                            self.resumed += 1
+                        else:
+                            for i, t in ended.items():
+                                self.service.subtask_ended(reg.job_id, i, t)
+                tracked = self.service.tracked_jobs()
+                if tracked:
+                    over = ray.get(gm.ended_runs.remote(tracked, self.clock.now() - settle),
+                                   timeout=CALL_TIMEOUT_S)
+                    for run_id, (ends, why) in over.items():
+                        self.service.close_run(run_id, ends, why)
             except Exception as exc:  # noqa: BLE001 - the global manager may be restarting
                 log.info("controller resync: %s", type(exc).__name__)
             time.sleep(RECONCILE_S)
@@ -597,6 +606,11 @@ class GlobalManagerActor:
     def queue(self) -> list[dict[str, Any]]:
         """Pending and running jobs with user, priority, wait and reason."""
         return self.service.queue()
+
+    def ended_runs(
+        self, run_ids: list[str], before: float
+    ) -> dict[str, tuple[dict[int, float], str]]:
+        return self.service.ended_runs(run_ids, before)
 
     def controller_jobs(self) -> list[tuple[JobRegistration, dict[int, float]]]:
         """What a restarted controller tracks again (see ``GlobalService``)."""

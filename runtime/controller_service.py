@@ -288,6 +288,21 @@ class ControllerService:
             self.core.subtask_ended(job_id, index, t)
             self._flush()
 
+    def close_run(self, run_id: str, ended: Mapping[int, float], reason: str) -> None:
+        """The global manager says run ``run_id`` is over (``ended``: subtask index ->
+        model s it ended; ``reason``: "" completed, else why): mark those subtasks ended
+        (a completed run closes with its summary), then stop tracking it if it is still
+        open, with ``reason``. Counted in ``runs_closed``."""
+        with self._lock:
+            if run_id not in self.core.jobs and run_id not in self._pending_jobs:
+                return
+            self.counters["runs_closed"] = self.counters.get("runs_closed", 0) + 1
+            for index, t in sorted(ended.items()):
+                self.core.subtask_ended(run_id, index, t)
+            if run_id in self.core.jobs or run_id in self._pending_jobs:
+                self.cancel(run_id, reason or "ended")
+            self._flush()
+
     def tracked_jobs(self) -> list[str]:
         with self._lock:
             return list(self.core.jobs) + list(self._pending_jobs)

@@ -307,6 +307,30 @@ class GlobalService:
                 if info.state is JobPhase.RUNNING and info.qos in grid
             ]
 
+    def ended_runs(
+        self, run_ids: Iterable[str], before: float
+    ) -> dict[str, tuple[dict[int, float], str]]:
+        """Of ``run_ids`` (runs the controller still tracks), those that ended here at or
+        before model time ``before``: run id -> (subtask index -> model s it ended, why
+        the run ended: "" completed, else its job's state or "superseded"). The
+        controller closes them: a done report lost on the way (a kill mid-send) must not
+        leave a run open in the phase log forever."""
+        out: dict[str, tuple[dict[int, float], str]] = {}
+        with self._lock:
+            for run_id in run_ids:
+                job_id = run_id if run_id in self.jobs else run_id.rsplit(".", 1)[0]
+                info = self.jobs.get(job_id)
+                if info is None or info.state is JobPhase.PENDING:
+                    continue
+                if (info.run_id or info.job_id) != run_id:
+                    out[run_id] = ({}, "superseded")
+                elif info.state is not JobPhase.RUNNING and info.finished_at is not None \
+                        and info.finished_at <= before:
+                    ends = {int(i): float(o["finish_time"]) for i, o in info.outcomes.items()}
+                    why = "" if info.state is JobPhase.COMPLETED else info.state.value
+                    out[run_id] = (ends, why)
+        return out
+
     def reconcile(self, node: str, seen: list[dict[str, Any]]) -> int:
         """Apply what node ``node``'s local manager says about its subtasks (its status
         ``subtasks`` list): work done is kept (a requeue starts from it); an ended
