@@ -312,7 +312,8 @@ class GlobalService:
     ) -> dict[str, tuple[dict[int, float], str]]:
         """Of ``run_ids`` (runs the controller still tracks), those that ended here at or
         before model time ``before``: run id -> (subtask index -> model s it ended, why
-        the run ended: "" completed, else its job's state or "superseded"). The
+        the run ended: "" completed, else its job's state, or "superseded" for a run its
+        job replaced or is waiting to replace after a requeue). The
         controller closes them: a done report lost on the way (a kill mid-send) must not
         leave a run open in the phase log forever."""
         out: dict[str, tuple[dict[int, float], str]] = {}
@@ -320,10 +321,10 @@ class GlobalService:
             for run_id in run_ids:
                 job_id = run_id if run_id in self.jobs else run_id.rsplit(".", 1)[0]
                 info = self.jobs.get(job_id)
-                if info is None or info.state is JobPhase.PENDING:
+                if info is None:
                     continue
-                if (info.run_id or info.job_id) != run_id:
-                    out[run_id] = ({}, "superseded")
+                if (info.run_id or info.job_id) != run_id or info.state is JobPhase.PENDING:
+                    out[run_id] = ({}, "superseded")  # requeued: a later run, or waiting
                 elif info.state is not JobPhase.RUNNING and info.finished_at is not None \
                         and info.finished_at <= before:
                     ends = {int(i): float(o["finish_time"]) for i, o in info.outcomes.items()}
