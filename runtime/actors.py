@@ -170,7 +170,11 @@ class ControllerActor:
                 if gm is None:
                     gm = ray.get_actor(GLOBAL_NAME, namespace=NAMESPACE)
                 if self.service.recovered:
-                    jobs = ray.get(gm.controller_jobs.remote(), timeout=CALL_TIMEOUT_S)
+                    # Also the runs the dead controller tracked: one that ended while it
+                    # was down is resumed with every subtask ended, so it closes.
+                    orphans = self.service.orphaned_runs()
+                    jobs = ray.get(gm.controller_jobs.remote(orphans), timeout=CALL_TIMEOUT_S)
+                    self.service.orphans_asked(orphans)
                     for reg, ended in jobs:
                         if self.service.resume_job(reg, ended):
                             self.resumed += 1
@@ -612,9 +616,11 @@ class GlobalManagerActor:
     ) -> dict[str, tuple[dict[int, float], str]]:
         return self.service.ended_runs(run_ids, before)
 
-    def controller_jobs(self) -> list[tuple[JobRegistration, dict[int, float]]]:
+    def controller_jobs(
+        self, also: list[str] | None = None
+    ) -> list[tuple[JobRegistration, dict[int, float]]]:
         """What a restarted controller tracks again (see ``GlobalService``)."""
-        return self.service.controller_jobs()
+        return self.service.controller_jobs(also or ())
 
     def status(self, job_id: str | None = None) -> dict[str, Any]:
         """Jobs, subtasks, nodes, virtual clocks, phase differences and counters."""

@@ -228,6 +228,8 @@ class ControllerService:
         #: restart (read from the checkpoint).
         self._floor: dict[tuple[str, int], int] = {}
         self.recovered = False
+        #: Runs the previous process tracked (from its checkpoint) not asked about yet.
+        self._orphans: set[str] = set()
         if checkpoint is not None and checkpoint.exists():
             self._recover(checkpoint)
 
@@ -249,7 +251,25 @@ class ControllerService:
         self._applied = dict(self._floor)
         for node, inc in data.get("incarnations", {}).items():
             self.incarnations.register(str(node), int(inc))
+        self._orphans = {str(j) for j in data.get("tracked", [])}
+        self._drop_summarised_orphans()
         self.recovered = True
+
+    def _drop_summarised_orphans(self) -> None:
+        """Forget the orphaned runs whose summary the previous process wrote (it closed
+        them after its last checkpoint): read once, at a restart."""
+        if not self._orphans or self.log_path is None or not self.log_path.exists():
+            return
+        import json
+
+        with self.log_path.open("r", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if '"type":"summary"' not in line:
+                    continue
+                try:
+                    self._orphans.discard(str(json.loads(line).get("job")))
+                except ValueError:  # a torn line: not a summary that was written
+                    continue
 
     def write_checkpoint(self) -> None:
         """Write the checkpoint now (the loop does after every control period)."""
@@ -261,6 +281,7 @@ class ControllerService:
                 version=CHECKPOINT_VERSION,
                 applied=[[n, i, s] for (n, i), s in sorted(self._applied.items())],
                 incarnations=self.incarnations.snapshot(),
+                tracked=sorted(set(self.core.jobs) | set(self._pending_jobs) | self._orphans),
             )
         atomic_write_json(self.checkpoint, doc)
 
@@ -287,6 +308,17 @@ class ControllerService:
         with self._lock:
             self.core.subtask_ended(job_id, index, t)
             self._flush()
+
+    def orphaned_runs(self) -> list[str]:
+        """The runs the previous process tracked that this one does not track and has not
+        asked the global manager about yet (after a restart)."""
+        with self._lock:
+            return sorted(self._orphans - set(self.core.jobs) - set(self._pending_jobs))
+
+    def orphans_asked(self, runs: Iterable[str]) -> None:
+        """The global manager was asked about ``runs`` (what it listed is tracked now)."""
+        with self._lock:
+            self._orphans.difference_update(runs)
 
     def close_run(self, run_id: str, ended: Mapping[int, float], reason: str) -> None:
         """The global manager says run ``run_id`` is over (``ended``: subtask index ->

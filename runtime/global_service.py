@@ -287,11 +287,17 @@ class GlobalService:
     def _open_on(self, node: str) -> set[tuple[str, int]]:
         return set(self.running_subtasks(node).get(node, []))
 
-    def controller_jobs(self) -> list[tuple[JobRegistration, dict[int, float]]]:
+    def controller_jobs(
+        self, also: Iterable[str] = ()
+    ) -> list[tuple[JobRegistration, dict[int, float]]]:
         """The running grid QoS jobs (strict, loose) as a restarted controller tracks
         them again: each run's registration (its run id as ``job_id``) and which of its
-        subtasks ended when (index -> model s), as far as known."""
+        subtasks ended when (index -> model s), as far as known; ``also``: runs the dead
+        controller tracked, listed whatever their state now if they are still their
+        job's current run (one that completed while the controller was down is then
+        closed with its summary)."""
         grid = (QosClass.STRICT.value, QosClass.LOOSE.value)
+        wanted = set(also)
         with self._lock:
             return [
                 (
@@ -304,7 +310,9 @@ class GlobalService:
                     {i: float(o["finish_time"]) for i, o in info.outcomes.items()},
                 )
                 for info in self.jobs.values()
-                if info.state is JobPhase.RUNNING and info.qos in grid
+                if info.qos in grid and (info.state is JobPhase.RUNNING or (
+                    info.state is not JobPhase.PENDING and info.subtasks
+                    and (info.run_id or info.job_id) in wanted))
             ]
 
     def ended_runs(

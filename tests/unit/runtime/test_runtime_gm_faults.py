@@ -355,3 +355,15 @@ def test_ended_runs_tells_the_controller_which_tracked_runs_are_over(tmp_path: P
     assert g.gm.ended_runs([jb], before=1e9)[jb][1] == "cancelled"
     # An old run of a job that runs again is superseded.
     assert g.gm.ended_runs([f"{ja}.0"], before=1e9) == {f"{ja}.0": ({}, "superseded")}
+
+
+def test_a_restarted_controller_is_told_of_its_orphans_whatever_their_state(
+    tmp_path: Path,
+) -> None:
+    g = Grid(tmp_path)
+    (a,) = g.gm.submit([_three("a")])
+    ja = a["job_id"]
+    g.run_until(lambda: g.state(ja) == "completed")
+    assert [reg.job_id for reg, _ in g.gm.controller_jobs()] == []
+    ((reg, ended),) = g.gm.controller_jobs([ja, "j99999"])
+    assert reg.job_id == ja and sorted(ended) == [0, 1, 2]
