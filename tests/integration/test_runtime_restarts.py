@@ -192,20 +192,25 @@ def _running_process(capsys: Any, address: str, job: str) -> Any:
     return proc if proc.get("pid") and proc.get("state") == "running" else None
 
 
-#: A command that runs for 12 real s whatever CPU share it is given.
-SPIN_12_S = ["python3", "-c", "import time\nt = time.time()\nwhile time.time() - t < 12: pass"]
+def spin_until(go: Path) -> list[str]:
+    """A command that uses the CPU it is given until the file ``go`` exists, then exits 0
+    (it ends on the test's word, not after a guessed time)."""
+    return ["python3", "-c",
+            f"import os, time\nwhile not os.path.exists({str(go)!r}):\n"
+            "    t = time.time()\n    while time.time() - t < 0.05: pass\n"]
 
 
 def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
-    deployment: Any, capsys: Any
+    deployment: Any, capsys: Any, tmp_path: Path
 ) -> None:
     import coalloc
     from runtime.config import local_manager_name
 
+    go = tmp_path / "go"
     client = coalloc.connect(deployment.address)
     job = client.submit(
         {"name": "lm-a", "qos": "strict", "overall_deviation": 100, "asynchrony": 50,
-         "subtasks": [{"work": 5, "command": SPIN_12_S}, {"work": 1000}]}
+         "subtasks": [{"work": 5, "command": spin_until(go)}, {"work": 1000}]}
     )
 
     proc = wait_for(lambda: _running_process(capsys, deployment.address, job))
@@ -232,6 +237,7 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
     after = status(capsys, deployment.address, job)["jobs"][0]["subtasks"][1]
     assert after["done_work"] >= 0.5 * done_before > 0
 
+    go.touch()  # the command ends now, under its new manager
     final = client.wait(job, timeout=120)
     assert final["state"] == "completed", _why(final)
     assert all(s["state"] == "finished" for s in final["subtasks"])
