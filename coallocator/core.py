@@ -9,6 +9,21 @@ statistics, and controls only strict jobs, only when ``enabled``.
 Node slack (Mcycles/s) is the node's strict admission budget minus the weight (subtask
 plus virtual) its running strict subtasks hold; speed-ups beyond what a virtual subtask
 gives back come out of it.
+
+Late reports (``catch_up``). A control period at ``T_R = now`` compares the subtasks'
+clocks at ``now``. In the simulator every node has reported for ``now``; live, a local
+manager that is late has not yet (it will step the missed cycles one by one when it
+catches up, at the weights in force, so its clocks will reach what they would have been),
+and a controller that is late may already hold reports for a later boundary. Comparing
+such a stale clock with fresh ones would show the lateness as phase difference (a
+multiple of one cycle's advance) and steer the gang against it. So, given ``catch_up > 0``
+(s), a running subtask whose last report describes another time than ``now``, by at most
+``catch_up`` s, is carried to ``now`` at the clock rate of that report (the rate of its
+rate cap before its first report), for the decision and for the statistics alike; the
+period record marks it (``estimated``: seconds carried, by subtask index) and the summary
+counts such periods (``estimated_periods``). Beyond ``catch_up`` the node was stalled and
+resynchronises without booking the missed cycles, so its last clock is the truth and is
+used as reported. ``catch_up = 0`` (the simulator) never estimates.
 """
 
 from __future__ import annotations
@@ -52,6 +67,23 @@ class _SubtaskTrack:
     #: available_work / expected_work of the last report (None: not reported).
     capability: float | None = None
     done: bool = False
+    #: T_R the last report describes (s); the start before the first report.
+    reported_at: float = 0.0
+    #: Whether any report has been applied.
+    reported: bool = False
+
+    def clock_at(self, now: float, catch_up: float) -> tuple[float, float]:
+        """This subtask's ``T_V`` at ``T_R = now`` (s) and how many seconds of it were
+        carried forward or back from its last report (0: as reported; see the module
+        docstring, "Late reports")."""
+        gap = now - self.reported_at
+        if gap == 0.0 or abs(gap) > catch_up:
+            return self.virtual_time, 0.0
+        if self.reported:
+            rate = self.clock_rate
+        else:  # not reported yet: it runs at its start cap (expected rate without one)
+            rate = self.rate_cap / self.admitted_weight if self.rate_cap > 0 else 1.0
+        return self.virtual_time + rate * gap, gap
 
     def state(self, ahead: float = 0.0, virtual_time: float | None = None) -> SubtaskState:
         """The controller's view of this subtask, its clock moved ``ahead`` s at its last
@@ -126,7 +158,10 @@ class ControllerCore:
         sink: RecordSink | None = None,
         log_every: int = 1,
         period: float | None = None,
+        catch_up: float = 0.0,
     ) -> None:
+        """``catch_up``: the longest span (s) a late report's clock is carried over (module
+        docstring, "Late reports"; 0 = never)."""
         if log_every < 1:
             raise ValueError("log_every: must be >= 1 period")
         self.period_length = period
@@ -139,6 +174,11 @@ class ControllerCore:
         self.node_budgets = dict(node_budgets or {})
         self.sink = sink
         self.log_every = log_every
+        if not catch_up >= 0:
+            raise ValueError("catch_up: must be >= 0 s")
+        self.catch_up = catch_up
+        #: Subtask clocks carried over a late report so far (one per subtask and period).
+        self.estimated_clocks = 0
         self.jobs: dict[str, _JobTrack] = {}
         self.period = 0
         self._seq = 0
@@ -150,7 +190,7 @@ class ControllerCore:
         weights (expected rates, Mcycles/s). Under pace control a strict gang starts at
         the rate cap :func:`initial_rate_cap` gives (the global manager placed it with
         the same)."""
-        subs = [_SubtaskTrack(i, node, w, w, virtual_time=reg.arrival)
+        subs = [_SubtaskTrack(i, node, w, w, virtual_time=reg.arrival, reported_at=reg.arrival)
                 for i, node, w in reg.subtasks]
         for st in subs:
             st.rate_cap = initial_rate_cap(
@@ -195,6 +235,7 @@ class ControllerCore:
         if st.done:
             return True
         st.virtual_time = virtual_time
+        st.reported_at, st.reported = real_time, True
         if expected_work > 0:
             st.clock_rate = granted_work / expected_work
             st.capability = available_work / expected_work if available_work > 0 else None
@@ -261,6 +302,7 @@ class ControllerCore:
         k = self.period
         controlled: list[_JobTrack] = []
         states: list[JobState] = []
+        estimates: list[dict[str, float] | None] = []
         commands: list[ReweightCommand] = []
         for job in self.jobs.values():
             running = [s for s in job.subtasks if not s.done]
@@ -270,27 +312,33 @@ class ControllerCore:
                     # weight back and its virtual subtask goes, or it would crawl forever.
                     commands.extend(self._restore(job, running[0]))
                 continue
+            clocks = [s.clock_at(now, self.catch_up) for s in running]
+            estimated = {str(s.index): gap for s, (_, gap) in zip(running, clocks) if gap}
+            self.estimated_clocks += len(estimated)
             if self.enabled and job.qos is QosClass.STRICT:
                 controlled.append(job)
+                estimates.append(estimated or None)
                 states.append(
                     JobState(
                         job.job_id,
                         job.overall_deviation,
                         job.asynchrony,
-                        tuple(s.state() for s in running),
+                        tuple(s.state(virtual_time=tv) for s, (tv, _) in zip(running, clocks)),
                     )
                 )
             else:
-                self._observe(job, [s.virtual_time for s in running], now, k, clock_offset,
-                              clock_quality)
+                self._observe(job, [tv for tv, _ in clocks], now, k, clock_offset,
+                              clock_quality, estimated or None)
         if not states:
             return commands
         reply = control(
             ControlRequest(now, tuple(states), self.node_slack(), self.period_length or 0.0),
             self.config,
         )
-        for job, decision in zip(controlled, reply.decisions):
-            job.tracker.observe(decision.phase_difference, decision.mean_virtual - now)
+        for job, decision, carried in zip(controlled, reply.decisions, estimates):
+            job.tracker.observe(
+                decision.phase_difference, decision.mean_virtual - now, carried is not None
+            )
             job.last_phase, job.last_mean = decision.phase_difference, decision.mean_virtual
             job.last_window = decision.window.value
             for ch in decision.changes:
@@ -313,7 +361,8 @@ class ControllerCore:
                 weights = {
                     s.index: (s.weight, s.virtual_weight) for s in job.subtasks if not s.done
                 }
-                self._emit(period_record(decision, k, now, weights, clock_offset, clock_quality))
+                self._emit(period_record(decision, k, now, weights, clock_offset, clock_quality,
+                                         carried))
         return commands
 
     def _restore(self, job: _JobTrack, st: _SubtaskTrack) -> list[ReweightCommand]:
@@ -331,19 +380,27 @@ class ControllerCore:
         k: int,
         clock_offset: float | None,
         clock_quality: str | None,
+        estimated: dict[str, float] | None = None,
     ) -> None:
         """Book period ``k`` of a job no decision is made for (uncontrolled, or a quiet
         period): its phase difference and deviation from ``real_time`` (s) from the
-        running subtasks' ``virtual_times`` (s), logged every ``log_every`` periods."""
+        running subtasks' ``virtual_times`` (s), logged every ``log_every`` periods;
+        ``estimated``: the seconds carried over a late report, by subtask index."""
         phi = phase_difference(virtual_times)
         mean = sum(virtual_times) / len(virtual_times)
-        job.tracker.observe(phi, mean - real_time)
+        job.tracker.observe(phi, mean - real_time, estimated is not None)
         job.last_phase, job.last_mean, job.last_window = phi, mean, "none"
         if self.sink and job.qos is QosClass.STRICT and k % self.log_every == 0:
-            self._log_uncontrolled(job, k, real_time, clock_offset, clock_quality)
+            self._log_uncontrolled(job, k, real_time, clock_offset, clock_quality, estimated)
 
     def _log_uncontrolled(
-        self, job: _JobTrack, k: int, now: float, offset: float | None, quality: str | None
+        self,
+        job: _JobTrack,
+        k: int,
+        now: float,
+        offset: float | None,
+        quality: str | None,
+        estimated: dict[str, float] | None = None,
     ) -> None:
         running = [s for s in job.subtasks if not s.done]
         self._emit(
@@ -358,6 +415,7 @@ class ControllerCore:
                 virtual_weights={str(s.index): s.virtual_weight for s in running},
                 clock_offset=offset,
                 clock_quality=quality,
+                estimated=estimated,
             )
         )
 

@@ -42,6 +42,9 @@ class PeriodRecord:
     virtual_weights: dict[str, float] = field(default_factory=dict)
     clock_offset: float | None = None
     clock_quality: str | None = None
+    #: Live runtime: the seconds each subtask's clock was carried over a late report to
+    #: this period's ``real_time``, by subtask index (None: every clock as reported).
+    estimated: dict[str, float] | None = None
     type: str = "period"
 
 
@@ -64,6 +67,9 @@ class SummaryRecord:
     #: Why a job that did not complete ended (cancelled, failed, requeued after a node
     #: was lost); empty for a completed job.
     reason: str = ""
+    #: Live runtime: periods (of ``periods``) in which a clock was carried over a late
+    #: report (None: none).
+    estimated_periods: int | None = None
     type: str = "summary"
 
 
@@ -83,6 +89,7 @@ class JobPhaseTracker:
         "overall_deviation",
         "window_violations",
         "overall_violations",
+        "estimated_periods",
     )
 
     def __init__(
@@ -106,11 +113,15 @@ class JobPhaseTracker:
         self.overall_deviation = overall_deviation
         self.window_violations = 0
         self.overall_violations = 0
+        self.estimated_periods = 0
 
-    def observe(self, phi: float, deviation: float = 0.0) -> None:
+    def observe(self, phi: float, deviation: float = 0.0, estimated: bool = False) -> None:
         """Record one control period with >= 2 running subtasks: its phase difference
-        ``phi`` and the job's ``mean T_V - T_R`` (``deviation``), both s."""
+        ``phi`` and the job's ``mean T_V - T_R`` (``deviation``), both s; ``estimated``:
+        a clock in it was carried over a late report."""
         self.periods += 1
+        if estimated:
+            self.estimated_periods += 1
         self.phi_sum += phi
         if phi > self.phi_max:
             self.phi_max = phi
@@ -140,6 +151,7 @@ class JobPhaseTracker:
             completed=done,
             window_violations=self.window_violations,
             overall_violations=self.overall_violations,
+            estimated_periods=self.estimated_periods or None,
         )
 
 
@@ -150,9 +162,11 @@ def period_record(
     weights: dict[int, tuple[float, float]],
     clock_offset: float | None = None,
     clock_quality: str | None = None,
+    estimated: dict[str, float] | None = None,
 ) -> PeriodRecord:
     """Build the log record of one job's control period. ``weights`` maps subtask index to
-    (weight, virtual weight) after the decision was applied (Mcycles/s)."""
+    (weight, virtual weight) after the decision was applied (Mcycles/s); ``estimated``:
+    the seconds carried over a late report, by subtask index."""
     return PeriodRecord(
         job=decision.job_id,
         period=period,
@@ -165,6 +179,7 @@ def period_record(
         virtual_weights={str(i): v for i, (_, v) in sorted(weights.items())},
         clock_offset=clock_offset,
         clock_quality=clock_quality,
+        estimated=estimated,
     )
 
 

@@ -32,11 +32,11 @@ from runtime.config import (
     GLOBAL_NAME,
     NAMESPACE,
     RuntimeConfig,
-    local_manager_name,
 )
 from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
 from runtime.journal import journal_files
+from runtime.node_host import node_handle
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
 from workloads.messages import JobRegistration, SubtaskOutcome
@@ -152,29 +152,42 @@ class ControllerActor:
             target=self.service.run, name="coalloc-controller", daemon=True
         )
         self._thread.start()
-        if self.service.recovered:
-            threading.Thread(
-                target=self._resync_loop, name="coalloc-controller-resync", daemon=True
-            ).start()
+        threading.Thread(
+            target=self._resync_loop, name="coalloc-controller-resync", daemon=True
+        ).start()
 
     def _resync_loop(self) -> None:
-        """After a restart: every :data:`RECONCILE_S`, track again the running jobs the
+        """Every :data:`RECONCILE_S`: after a restart, track again the running jobs the
         global manager lists and mark the subtasks it knows ended (their done reports
-        went to the dead process). Ends when the controller stops."""
+        went to the dead process); always, close the tracked runs the global manager says
+        ended more than ``stall_cycles`` cycles ago (a done report lost on the way). Ends
+        when the controller stops."""
         import ray
 
         gm: Any = None
+        settle = self.config.stall_cycles * self.config.cycle
         while self._thread.is_alive():
             try:
                 if gm is None:
                     gm = ray.get_actor(GLOBAL_NAME, namespace=NAMESPACE)
-                jobs = ray.get(gm.controller_jobs.remote(), timeout=CALL_TIMEOUT_S)
-                for reg, ended in jobs:
-                    if self.service.resume_job(reg, ended):
-                        self.resumed += 1
-                    else:
-                        for i, t in ended.items():
-                            self.service.subtask_ended(reg.job_id, i, t)
+                if self.service.recovered:
+                    # Also the runs the dead controller tracked: one that ended while it
+                    # was down is resumed with every subtask ended, so it closes.
+                    orphans = self.service.orphaned_runs()
+                    jobs = ray.get(gm.controller_jobs.remote(orphans), timeout=CALL_TIMEOUT_S)
+                    self.service.orphans_asked(orphans)
+                    for reg, ended in jobs:
+                        if self.service.resume_job(reg, ended):
+                            self.resumed += 1
+                        else:
+                            for i, t in ended.items():
+                                self.service.subtask_ended(reg.job_id, i, t)
+                tracked = self.service.tracked_jobs()
+                if tracked:
+                    over = ray.get(gm.ended_runs.remote(tracked, self.clock.now() - settle),
+                                   timeout=CALL_TIMEOUT_S)
+                    for run_id, (ends, why) in over.items():
+                        self.service.close_run(run_id, ends, why)
             except Exception as exc:  # noqa: BLE001 - the global manager may be restarting
                 log.info("controller resync: %s", type(exc).__name__)
             time.sleep(RECONCILE_S)
@@ -424,9 +437,10 @@ class GlobalManagerActor:
         self.real = make_real_clock(config.ntp_servers)
         self.clock = ModelClock(self.real, base)
         self.controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+        # A node's own actor, or its place in a node host (``up --nodes-per-process``).
+        hosts = dict(self.info.get("node_hosts") or {})
         self.local_managers = {
-            node.name: ray.get_actor(local_manager_name(node.name), namespace=NAMESPACE)
-            for node, _, _ in placements
+            node.name: node_handle(node.name, hosts.get(node.name)) for node, _, _ in placements
         }
         journal = self.info.get("gm_journal")
         from runtime.metrics import RayGlobalMetrics
@@ -606,9 +620,16 @@ class GlobalManagerActor:
         """Pending and running jobs with user, priority, wait and reason."""
         return self.service.queue()
 
-    def controller_jobs(self) -> list[tuple[JobRegistration, dict[int, float]]]:
+    def ended_runs(
+        self, run_ids: list[str], before: float
+    ) -> dict[str, tuple[dict[int, float], str]]:
+        return self.service.ended_runs(run_ids, before)
+
+    def controller_jobs(
+        self, also: list[str] | None = None
+    ) -> list[tuple[JobRegistration, dict[int, float]]]:
         """What a restarted controller tracks again (see ``GlobalService``)."""
-        return self.service.controller_jobs()
+        return self.service.controller_jobs(also or ())
 
     def status(self, job_id: str | None = None, all_jobs: bool = False) -> dict[str, Any]:
         """Jobs, subtasks, nodes, virtual clocks, phase differences and counters.

@@ -14,6 +14,12 @@ Reports are ingested as they arrive; the transport has already dropped (and coun
 frames, duplicates and (with CURVE) reports whose node is not the node of the key that
 sent them.
 
+Late local managers. A local manager that is late steps the missed cycles one by one when
+it catches up (up to ``stall_cycles``), so the reports it owes for the period being
+evaluated have not arrived yet; the controller core carries its clocks at their last rate
+to the period's time instead of comparing stale clocks with fresh ones (``catch_up``,
+:mod:`coallocator.core`, "Late reports"). Counted in ``estimated_clocks``.
+
 The controller's view. A report is also checked against what the controller knows before
 it is applied: its ``node`` must be the node its subtask was placed on (else it is
 dropped as ``wrong_node``), and its ``incarnation`` must be that node's current one (else
@@ -190,6 +196,10 @@ class ControllerService:
             self._write,
             config.log_every,
             config.control_period,
+            # A local manager up to ``stall_cycles`` late steps the missed cycles when it
+            # catches up: until then its clocks are carried at their last rate (a report
+            # from one that was later resynchronises without the missed work).
+            catch_up=config.stall_cycles * config.cycle,
         )
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -218,6 +228,8 @@ class ControllerService:
         #: restart (read from the checkpoint).
         self._floor: dict[tuple[str, int], int] = {}
         self.recovered = False
+        #: Runs the previous process tracked (from its checkpoint) not asked about yet.
+        self._orphans: set[str] = set()
         if checkpoint is not None and checkpoint.exists():
             self._recover(checkpoint)
 
@@ -239,7 +251,25 @@ class ControllerService:
         self._applied = dict(self._floor)
         for node, inc in data.get("incarnations", {}).items():
             self.incarnations.register(str(node), int(inc))
+        self._orphans = {str(j) for j in data.get("tracked", [])}
+        self._drop_summarised_orphans()
         self.recovered = True
+
+    def _drop_summarised_orphans(self) -> None:
+        """Forget the orphaned runs whose summary the previous process wrote (it closed
+        them after its last checkpoint): read once, at a restart."""
+        if not self._orphans or self.log_path is None or not self.log_path.exists():
+            return
+        import json
+
+        with self.log_path.open("r", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if '"type":"summary"' not in line:
+                    continue
+                try:
+                    self._orphans.discard(str(json.loads(line).get("job")))
+                except ValueError:  # a torn line: not a summary that was written
+                    continue
 
     def write_checkpoint(self) -> None:
         """Write the checkpoint now (the loop does after every control period)."""
@@ -251,6 +281,7 @@ class ControllerService:
                 version=CHECKPOINT_VERSION,
                 applied=[[n, i, s] for (n, i), s in sorted(self._applied.items())],
                 incarnations=self.incarnations.snapshot(),
+                tracked=sorted(set(self.core.jobs) | set(self._pending_jobs) | self._orphans),
             )
         atomic_write_json(self.checkpoint, doc)
 
@@ -276,6 +307,32 @@ class ControllerService:
         though its done report was not applied here (a safety net after a restart)."""
         with self._lock:
             self.core.subtask_ended(job_id, index, t)
+            self._flush()
+
+    def orphaned_runs(self) -> list[str]:
+        """The runs the previous process tracked that this one does not track and has not
+        asked the global manager about yet (after a restart)."""
+        with self._lock:
+            return sorted(self._orphans - set(self.core.jobs) - set(self._pending_jobs))
+
+    def orphans_asked(self, runs: Iterable[str]) -> None:
+        """The global manager was asked about ``runs`` (what it listed is tracked now)."""
+        with self._lock:
+            self._orphans.difference_update(runs)
+
+    def close_run(self, run_id: str, ended: Mapping[int, float], reason: str) -> None:
+        """The global manager says run ``run_id`` is over (``ended``: subtask index ->
+        model s it ended; ``reason``: "" completed, else why): mark those subtasks ended
+        (a completed run closes with its summary), then stop tracking it if it is still
+        open, with ``reason``. Counted in ``runs_closed``."""
+        with self._lock:
+            if run_id not in self.core.jobs and run_id not in self._pending_jobs:
+                return
+            self.counters["runs_closed"] = self.counters.get("runs_closed", 0) + 1
+            for index, t in sorted(ended.items()):
+                self.core.subtask_ended(run_id, index, t)
+            if run_id in self.core.jobs or run_id in self._pending_jobs:
+                self.cancel(run_id, reason or "ended")
             self._flush()
 
     def tracked_jobs(self) -> list[str]:
@@ -491,7 +548,7 @@ class ControllerService:
                         "turnaround": summ.turnaround,
                     },
                 )
-            counters = dict(self.counters)
+            counters = dict(self.counters, estimated_clocks=self.core.estimated_clocks)
             incarnations = self.incarnations.snapshot()
         transport = dict(self.reports.counters())
         commands = dict(self.commands.counters())

@@ -445,6 +445,7 @@ def deploy(
     progress: Callable[[str], None] | None = None,
     api: bool = False,
     api_port: int = 0,
+    nodes_per_process: int | None = None,
 ) -> Deployment:
     """Create the controller, the local managers and the global manager on the connected
     Ray cluster and wait until all are ready. Raises :class:`UserError` if coalloc is
@@ -453,12 +454,20 @@ def deploy(
     ``api``: the global manager serves its HTTP API (:mod:`runtime.api`) on this Ray
     node's address, port ``api_port`` (0: a free one chosen here), with a fresh token;
     both are in the returned :class:`Deployment` (``up`` records them in the state
-    file)."""
+    file). ``nodes_per_process``: emulated nodes per local-manager process
+    (:mod:`runtime.node_host`; None: :func:`~runtime.node_host.default_nodes_per_process`);
+    a node of its own Ray node always has its own."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from global_manager.core import GlobalManagerCore
     from runtime.actors import ControllerActor, GlobalManagerActor, LocalManagerActor
+    from runtime.node_host import (
+        HostedNode,
+        NodeHostActor,
+        default_nodes_per_process,
+        host_name,
+    )
 
     say = progress or (lambda msg: None)
     t0 = time.monotonic()
@@ -513,24 +522,53 @@ def deploy(
         )
         created.append(CONTROLLER_NAME)
         ctl: dict[str, Any] = ray.get(controller.ready.remote(), timeout=READY_TIMEOUT_S)
-        say(f"starting {len(placements)} local managers")
-        lms: list[Any] = []
-        for p in placements:
-            name = local_manager_name(p.node.name)
-            lm_class: Any = ray.remote(LocalManagerActor)
-            lms.append(
-                lm_class
+        n_emulated = sum(1 for p in placements if p.emulated)
+        per = nodes_per_process or default_nodes_per_process(n_emulated)
+        groups = _host_groups(placements, per)
+        hosted = sum(len(g) for g in groups if len(g) > 1)
+        say(f"starting {len(placements)} local managers"
+            + (f" ({hosted} of them {per} to a process)" if hosted else ""))
+        handles: dict[str, Any] = {}  # node -> what its manager is called through
+        node_hosts: dict[str, str] = {}
+        for group in groups:
+            ray_node = group[0].ray_node_id
+            if len(group) == 1:
+                (p,) = group
+                name = local_manager_name(p.node.name)
+                lm_class: Any = ray.remote(LocalManagerActor)
+                handles[p.node.name] = (
+                    lm_class
+                    .options(
+                        name=name, scheduling_strategy=pinned(ray_node), max_concurrency=8,
+                        max_restarts=LOCAL_MANAGER_MAX_RESTARTS, max_task_retries=0,
+                        **common,
+                    )
+                    .remote(
+                        p.node, config, base, ctl["report_endpoint"], ctl["command_endpoint"],
+                        output_dir, node_curves.get(p.node.name),
+                        str(runtime_file(f"lm-{p.node.name}", base.epoch)),
+                    )
+                )
+                created.append(name)
+                continue
+            name = host_name(len(set(node_hosts.values())))
+            members = [(p.node, node_curves.get(p.node.name),
+                        str(runtime_file(f"lm-{p.node.name}", base.epoch))) for p in group]
+            host: Any = (
+                ray.remote(NodeHostActor)
                 .options(
-                    name=name, scheduling_strategy=pinned(p.ray_node_id), max_concurrency=8,
+                    name=name, scheduling_strategy=pinned(ray_node),
+                    max_concurrency=max(8, 4 * len(group)),
                     max_restarts=LOCAL_MANAGER_MAX_RESTARTS, max_task_retries=0, **common,
                 )
-                .remote(
-                    p.node, config, base, ctl["report_endpoint"], ctl["command_endpoint"],
-                    output_dir, node_curves.get(p.node.name),
-                    str(runtime_file(f"lm-{p.node.name}", base.epoch)),
-                )
+                .remote(members, config, base, ctl["report_endpoint"],
+                        ctl["command_endpoint"], output_dir)
             )
             created.append(name)
+            for p in group:
+                node_hosts[p.node.name] = name
+                handles[p.node.name] = HostedNode(host, p.node.name)
+        lms = [handles[p.node.name] for p in placements]
         ready: list[dict[str, Any]] = ray.get(
             [lm.ready.remote() for lm in lms], timeout=READY_TIMEOUT_S
         )
@@ -551,6 +589,7 @@ def deploy(
             "epoch": base.epoch,
             "transport_security": "insecure" if config.insecure else "curve",
             "gm_journal": str(runtime_file("gm", base.epoch)),
+            "node_hosts": node_hosts,
         }
         token: str | None = None
         api_url = ""
@@ -590,6 +629,25 @@ def deploy(
         api_url=api_url,
         api_token=token or "",
     )
+
+
+def _host_groups(
+    placements: Sequence[NodePlacement], per_process: int
+) -> list[list[NodePlacement]]:
+    """The local-manager processes to start: emulated nodes of the same Ray node in groups
+    of ``per_process`` (in placement order), every other node alone."""
+    groups: list[list[NodePlacement]] = []
+    open_group: dict[str, list[NodePlacement]] = {}
+    for p in placements:
+        if not p.emulated or per_process <= 1:
+            groups.append([p])
+            continue
+        group = open_group.get(p.ray_node_id)
+        if group is None or len(group) >= per_process:
+            group = open_group[p.ray_node_id] = []
+            groups.append(group)
+        group.append(p)
+    return groups
 
 
 def teardown(names: Sequence[str] | None = None) -> list[str]:

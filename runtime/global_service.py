@@ -7,11 +7,12 @@ configuration (rate per weight, QoS share) and node budgets; an admitted grid Qo
 registered with the controller before its subtasks are handed to their nodes.
 
 A submission at model time ``now`` is admitted at the cycle boundary ``b`` at or after
-``now + start_margin`` (the margin, in real seconds, lets the Ray calls reach every node in
-time): the job's subtasks start at ``b`` on every node, the controller tracks it from
-``b``, as the simulator admits a job at the boundary of its arrival. A batch of jobs
-(one ``submit`` call) shares one ``b`` and is admitted in order, so the same batch makes
-the same decisions as the simulator given the same node loads.
+``now + margin`` (the margin, in real seconds, lets the Ray calls reach every node in
+time: ``start_margin_s``, or more when recent dispatch calls were slow,
+:mod:`runtime.start_margin`): the job's subtasks start at ``b`` on every node, the
+controller tracks it from ``b``, as the simulator admits a job at the boundary of its
+arrival. A batch of jobs (one ``submit`` call) shares one ``b`` and is admitted in order,
+so the same batch makes the same decisions as the simulator given the same node loads.
 
 Persistence (write-ahead). Given a ``journal`` path, the service records what changed
 (the changed jobs' rows, the core's state: committed and load rates, user holdings, RNG,
@@ -44,6 +45,7 @@ from global_manager.engine import start_run
 from runtime.config import RuntimeConfig
 from runtime.journal import Journal, Sync, journal_files
 from runtime.metrics import NullGlobalMetrics, QueueGauges
+from runtime.start_margin import StartMargin, dispatch_calls
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase, initial_pace_of
 from workloads.model import EndPolicy, JobPhase, JobSpec, Node, QosClass, Subtask
@@ -228,6 +230,7 @@ class GlobalService:
         self.metrics = metrics or NullGlobalMetrics()
         self.clock = clock
         self.dispatch = dispatch
+        self.start_margin = StartMargin(config.start_margin_s)
         self.policy = config.get_policy()
         self.core = GlobalManagerCore(
             nodes,
@@ -562,11 +565,17 @@ class GlobalService:
     def _open_on(self, node: str) -> set[tuple[str, int]]:
         return set(self.running_subtasks(node).get(node, []))
 
-    def controller_jobs(self) -> list[tuple[JobRegistration, dict[int, float]]]:
+    def controller_jobs(
+        self, also: Iterable[str] = ()
+    ) -> list[tuple[JobRegistration, dict[int, float]]]:
         """The running grid QoS jobs (strict, loose) as a restarted controller tracks
         them again: each run's registration (its run id as ``job_id``) and which of its
-        subtasks ended when (index -> model s), as far as known."""
+        subtasks ended when (index -> model s), as far as known; ``also``: runs the dead
+        controller tracked, listed whatever their state now if they are still their
+        job's current run (one that completed while the controller was down is then
+        closed with its summary)."""
         grid = (QosClass.STRICT.value, QosClass.LOOSE.value)
+        wanted = set(also)
         with self._lock:
             return [
                 (
@@ -579,8 +588,35 @@ class GlobalService:
                     {i: float(o["finish_time"]) for i, o in info.outcomes.items()},
                 )
                 for info in self.jobs.values()
-                if info.state is JobPhase.RUNNING and info.qos in grid
+                if info.qos in grid and (info.state is JobPhase.RUNNING or (
+                    info.state is not JobPhase.PENDING and info.subtasks
+                    and (info.run_id or info.job_id) in wanted))
             ]
+
+    def ended_runs(
+        self, run_ids: Iterable[str], before: float
+    ) -> dict[str, tuple[dict[int, float], str]]:
+        """Of ``run_ids`` (runs the controller still tracks), those that ended here at or
+        before model time ``before``: run id -> (subtask index -> model s it ended, why
+        the run ended: "" completed, else its job's state, or "superseded" for a run its
+        job replaced or is waiting to replace after a requeue). The
+        controller closes them: a done report lost on the way (a kill mid-send) must not
+        leave a run open in the phase log forever."""
+        out: dict[str, tuple[dict[int, float], str]] = {}
+        with self._lock:
+            for run_id in run_ids:
+                job_id = run_id if run_id in self.jobs else run_id.rsplit(".", 1)[0]
+                info = self.jobs.get(job_id)
+                if info is None:
+                    continue
+                if (info.run_id or info.job_id) != run_id or info.state is JobPhase.PENDING:
+                    out[run_id] = ({}, "superseded")  # requeued: a later run, or waiting
+                elif info.state is not JobPhase.RUNNING and info.finished_at is not None \
+                        and info.finished_at <= before:
+                    ends = {int(i): float(o["finish_time"]) for i, o in info.outcomes.items()}
+                    why = "" if info.state is JobPhase.COMPLETED else info.state.value
+                    out[run_id] = (ends, why)
+        return out
 
     def reconcile(self, node: str, seen: list[dict[str, Any]]) -> int:
         """Apply what node ``node``'s local manager says about its subtasks (its status
@@ -735,9 +771,10 @@ class GlobalService:
         return newly
 
     # --------------------------------------------------------------- submission
-    def start_boundary(self) -> float:
-        """The boundary a submission made now starts at (model s)."""
-        margin = self.config.start_margin_s * self.config.time_scale
+    def start_boundary(self, calls: int = 1) -> float:
+        """The boundary a submission made now starts at (model s), for a dispatch of
+        ``calls`` sequential calls (:class:`runtime.start_margin.StartMargin`)."""
+        margin = self.start_margin.seconds(calls) * self.config.time_scale
         return boundary_at_or_after(self.clock.now() + margin, self.config.cycle)
 
     def submit(self, specs: list[JobSpec], token: str | None = None) -> list[dict[str, Any]]:
@@ -749,7 +786,7 @@ class GlobalService:
             if token is not None and token in self.tokens:
                 return [dict(a) for a in self.tokens[token]]
             now = self.clock.now()
-            start = self.start_boundary()
+            start = self.start_boundary(dispatch_calls([len(s.subtasks) for s in specs]))
             ids: list[str] = []
             placed: list[tuple[JobInfo, tuple[Subtask, ...]]] = []
             for spec in specs:
@@ -824,7 +861,9 @@ class GlobalService:
         cycle): expire what waited past its ``max_wait``, place what fits, dispatch it.
         Returns how many jobs were placed."""
         with self._lock:
-            start = self.start_boundary()
+            # Usually one job leaves the queue per cycle: the largest one's calls.
+            gangs = [len(r.spec.subtasks) for r in self.core.pending.values()]
+            start = self.start_boundary(dispatch_calls([max(gangs, default=1)]))
             placed, expired = self._cycle(start)
             if not placed and not expired:
                 return 0
@@ -884,17 +923,25 @@ class GlobalService:
         qos = QosClass(info.qos)
         reached: list[str] = []
 
+        def took(began: float) -> None:
+            # Real seconds on the service's clock (a manual clock in tests: 0).
+            self.start_margin.observe_call((self.clock.now() - began) / self.config.time_scale)
+
         def register(reg: JobRegistration) -> None:
+            began = self.clock.now()
             try:
                 self.dispatch.register(reg)
             except Exception as exc:  # noqa: BLE001 - any failure aborts the dispatch
                 raise DispatchFailed("the controller", None, exc) from exc
+            took(began)
 
         def place(node: str, group: list[Subtask]) -> None:
+            began = self.clock.now()
             try:
                 self.dispatch.place(node, group, start)
             except Exception as exc:  # noqa: BLE001
                 raise DispatchFailed(f"the local manager of node {node}", node, exc) from exc
+            took(began)
             reached.append(node)
 
         grid = qos in (QosClass.STRICT, QosClass.LOOSE)

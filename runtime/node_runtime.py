@@ -19,7 +19,10 @@ every node) the loop
    replayed over the missed span);
 4. sends one progress report per QoS subtask and tells the owner about finished subtasks;
 5. starts the subtasks submitted for boundary ``b`` (a submission that arrives after its
-   boundary starts at the next one and is counted in ``late_starts``);
+   boundary but before the next one is started on its boundary before step 3, so the
+   cycle it missed is stepped with it as in the simulator, and is counted in
+   ``late_placements``; one that arrives later still starts at the last boundary before
+   step 3 and is counted in ``late_starts``: its gang is out of step by what it missed);
 6. opens the next cycle of every process subtask with the share its grant stands for.
 
 Executors. *Synthetic* subtasks are the scheduler's own bookkeeping: the work in Mcycles
@@ -199,6 +202,7 @@ class NodeRuntime:
             "skipped_cycles": 0,
             "stalls": 0,
             "late_starts": 0,
+            "late_placements": 0,
             "reports_sent": 0,
             "reports_dropped": 0,
             "commands_applied": 0,
@@ -210,6 +214,8 @@ class NodeRuntime:
         self.running = False
         self.error: str | None = None
         self.checkpoint = checkpoint
+        #: The last idle state written (boundary left out; None: not idle).
+        self._idle_written: dict[str, Any] | None = None
 
     # ----------------------------------------------------------------- checkpoint
     def checkpoint_state(self) -> dict[str, Any]:
@@ -248,13 +254,22 @@ class NodeRuntime:
             }
 
     def write_checkpoint(self) -> None:
-        """Write :meth:`checkpoint_state` to the checkpoint file (if any), atomically."""
+        """Write :meth:`checkpoint_state` to the checkpoint file (if any), atomically. A
+        node with no subtask whose last written state had none either and the same
+        history is not written again: only the boundary would change, and a restore
+        needs it only for subtasks (an idle node costs no fsync per cycle)."""
         if self.checkpoint is None:
             return
+        state = self.checkpoint_state()
+        idle = None if state["subtasks"] else dict(state, boundary=None)
+        if idle is not None and idle == self._idle_written:
+            return
         try:
-            atomic_write_json(self.checkpoint, self.checkpoint_state())
+            atomic_write_json(self.checkpoint, state)
         except (OSError, ValueError):
             self.counters["checkpoint_errors"] += 1
+            return
+        self._idle_written = idle
 
     def restore(self, data: dict[str, Any], attach: Callable[[dict[str, Any]], Any]) -> int:
         """Take over a dead manager's subtasks from its :meth:`checkpoint_state`, before
@@ -389,9 +404,13 @@ class NodeRuntime:
         with self._lock:
             self._apply_commands()
             usage = self._end_process_cycles()
+            last = self._last_boundary
+            if last is not None:
+                # Placements that arrived after their boundary join the cycle ending at b.
+                self._drain_actions(b, immediate_only=True)
+                self._start_overdue(last)
             result = None
             if len(self.scheduler):
-                last = self._last_boundary
                 # A process subtask's work is what it measured (0 when it did not run).
                 measured = {key: usage.get(key, 0.0) for key in self._procs}
                 result = self.scheduler.step(
@@ -561,6 +580,16 @@ class NodeRuntime:
                 if late:
                     self.counters["late_starts"] += 1
                 self._start(s, b)
+
+    def _start_overdue(self, last: float) -> None:
+        """Start the parked subtasks whose start boundary is at or before ``last`` (the
+        boundary the loop stepped last, model s) on it, before the cycle after it is
+        stepped (module docstring, step 5)."""
+        for start in sorted(t for t in self._pending if t <= last + 1e-9):
+            on_time = start >= last - 1e-9
+            for s in self._pending.pop(start):
+                self.counters["late_placements" if on_time else "late_starts"] += 1
+                self._start(s, last)
 
     def _start(self, s: Subtask, b: float) -> None:
         rec = self._records.get(s.key)

@@ -31,8 +31,9 @@ from workloads.model import Node
 PAPER_SPEED_RANGE: tuple[int, int] = (100, 600)
 #: Custom Ray resource a node may declare to give its speed in MHz.
 SPEED_RESOURCE = "coalloc_mhz"
-#: Largest number of emulated nodes (each is a Ray actor, that is a process).
-MAX_EMULATED = 64
+#: Largest number of emulated nodes (hosted several to a local-manager process past 8,
+#: runtime.node_host; Ray's own envelope is about 2,000 nodes per cluster).
+MAX_EMULATED = 1024
 #: A Ray node's custom resource ``coalloc_label_<name>`` gives it the label ``<name>``.
 LABEL_RESOURCE_PREFIX = "coalloc_label_"
 #: Separates a ``--nodes`` speed from its labels, and the labels (``300:fast:gpu``); job

@@ -35,6 +35,12 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def _port(text: str) -> int:
     if not text.isdigit() or not 0 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"not a TCP port 0-65535: {text!r}")
@@ -52,6 +58,12 @@ def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None)
         "with labels after colons (300:fast:gpu,450: n0 labelled fast and gpu, n1 none); "
         "without --nodes a Ray node's custom resource coalloc_label_NAME gives it label "
         "NAME; default: " + (nodes_default or "one local manager per Ray node"),
+    )
+    parser.add_argument(
+        "--nodes-per-process", type=_positive_int, default=None, metavar="K",
+        help="emulated nodes hosted by one local-manager process (each keeps its own "
+        "scheduler, sockets, keys and checkpoint; a crash of the process restarts all K); "
+        "default: 1 up to 8 nodes, else as many as make 8 processes",
     )
     parser.add_argument(
         "--policy", default="sq", help="scheduling policy: sq (pace control), sq_paper (the "

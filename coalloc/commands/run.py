@@ -96,6 +96,7 @@ def run_run(args: argparse.Namespace) -> int:
             args.nodes,
             str(out / "phase.jsonl") if out else None,
             progress=lambda m: print(m + " ...", flush=True),
+            nodes_per_process=args.nodes_per_process,
         )
         print(f"runtime ready in {dep.ready_s:.1f} s; phase log {dep.phase_log}", flush=True)
         if config.insecure:

@@ -94,7 +94,7 @@ def run_up(args: argparse.Namespace) -> int:
     try:
         dep = deploy(config, args.nodes, args.log,
                      progress=lambda m: print(m + " ...", flush=True), api=True,
-                     api_port=args.api_port)
+                     api_port=args.api_port, nodes_per_process=args.nodes_per_process)
     except BaseException:
         if head is not None:
             import ray

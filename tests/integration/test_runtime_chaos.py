@@ -130,10 +130,27 @@ def test_random_kills_of_every_actor_lose_no_job(deployment: Any, capsys: Any) -
     assert code == 0, err
 
     # The phase log parses; no period of a run evaluated twice; one summary per run.
-    time.sleep(1.0)  # the last summaries reach the log
     from coallocator.phase_log import read_log
 
-    records = list(read_log(Path(log)))
+    runs = {client.job(j)["run_id"] for j in ids if states[j] == "completed"}
+
+    def summarised() -> list[dict[str, Any]] | None:
+        # Once every completed run's summary has reached the log (a line being written
+        # is a torn tail until its newline: read again).
+        recs = list(read_log(Path(log), on_torn=lambda _: None))
+        done = {r["job"] for r in recs if r["type"] == "summary"}
+        return recs if runs <= done else None
+
+    try:
+        records = wait_for(summarised, timeout=30)
+    except AssertionError:
+        recs = list(read_log(Path(log), on_torn=lambda _: None))
+        missing = runs - {r["job"] for r in recs if r["type"] == "summary"}
+        last = {r["job"]: r for r in recs if r["job"] in missing}
+        jobs = [client.job(j) for j in ids if client.job(j)["run_id"] in missing]
+        raise AssertionError(f"completed runs without a summary: {sorted(missing)}; "
+                             f"their last records: {list(last.values())}; kills {kills}; "
+                             f"jobs {jobs}") from None
     times: dict[str, list[float]] = {}
     summaries: dict[str, int] = {}
     for r in records:
@@ -144,7 +161,6 @@ def test_random_kills_of_every_actor_lose_no_job(deployment: Any, capsys: Any) -
     for job, ts in times.items():
         assert all(a < b for a, b in zip(ts, ts[1:])), f"{job}: a period logged twice"
     assert all(c == 1 for c in summaries.values()), summaries
-    runs = {client.job(j)["run_id"] for j in ids if states[j] == "completed"}
     assert runs <= set(summaries), runs - set(summaries)
     # The actors that were killed are up again.
     for name in set(kills):

@@ -151,6 +151,10 @@ def test_the_controller_restarts_on_its_ports_and_tracks_running_jobs_again(
     client = coalloc.connect(deployment.address)
     before = ready_of(CONTROLLER_NAME)
     assert before is not None
+    # A job that ends before the restart: its summary must survive it (the restarted
+    # controller appends to the phase log), whichever tests ran before this one.
+    earlier = client.submit(strict_job("ctl-0", 30.0))
+    assert client.wait(earlier, timeout=120)["state"] == "completed"
     job = client.submit(strict_job("ctl-a"))
     # Wait until the controller tracks the job (it has started and reports arrive).
     wait_for(lambda: status(capsys, deployment.address, job)["jobs"][0].get(
@@ -175,7 +179,8 @@ def test_the_controller_restarts_on_its_ports_and_tracks_running_jobs_again(
         r.get("job") == job and r["type"] == "summary"
         for r in map(json.loads, log.read_text().splitlines())))
     recs = [json.loads(x) for x in log.read_text().splitlines()]
-    assert any(r["type"] == "summary" and r["job"] != job for r in recs)  # kept, not truncated
+    # kept, not truncated
+    assert any(r["type"] == "summary" and r["job"] == earlier for r in recs)
     code, out, err = run_cli(capsys, "status", "--address", deployment.address)
     assert code == 0 and job in out, err
 
@@ -187,20 +192,25 @@ def _running_process(capsys: Any, address: str, job: str) -> Any:
     return proc if proc.get("pid") and proc.get("state") == "running" else None
 
 
-#: A command that runs for 12 real s whatever CPU share it is given.
-SPIN_12_S = ["python3", "-c", "import time\nt = time.time()\nwhile time.time() - t < 12: pass"]
+def spin_until(go: Path) -> list[str]:
+    """A command that uses the CPU it is given until the file ``go`` exists, then exits 0
+    (it ends on the test's word, not after a guessed time)."""
+    return ["python3", "-c",
+            f"import os, time\nwhile not os.path.exists({str(go)!r}):\n"
+            "    t = time.time()\n    while time.time() - t < 0.05: pass\n"]
 
 
 def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
-    deployment: Any, capsys: Any
+    deployment: Any, capsys: Any, tmp_path: Path
 ) -> None:
     import coalloc
     from runtime.config import local_manager_name
 
+    go = tmp_path / "go"
     client = coalloc.connect(deployment.address)
     job = client.submit(
         {"name": "lm-a", "qos": "strict", "overall_deviation": 100, "asynchrony": 50,
-         "subtasks": [{"work": 5, "command": SPIN_12_S}, {"work": 1000}]}
+         "subtasks": [{"work": 5, "command": spin_until(go)}, {"work": 1000}]}
     )
 
     proc = wait_for(lambda: _running_process(capsys, deployment.address, job))
@@ -209,7 +219,8 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
     # process subtask's and the synthetic sibling's.
     synthetic = wait_for(lambda: (s := status(capsys, deployment.address, job)["jobs"][0][
         "subtasks"][1]).get("done_work", 0) > 0 and s)
-    time.sleep(1.0)
+    # Both managers have checkpointed their subtask with some work done.
+    wait_for(lambda: _checkpointed_pid(pid) and _checkpointed_work(job, 1) > 0)
     names = {local_manager_name(node): node, local_manager_name(synthetic["node"]): None}
     before = {name: ready_of(name) for name in names}
     done_before = status(capsys, deployment.address, job)["jobs"][0]["subtasks"][1][
@@ -226,6 +237,7 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
     after = status(capsys, deployment.address, job)["jobs"][0]["subtasks"][1]
     assert after["done_work"] >= 0.5 * done_before > 0
 
+    go.touch()  # the command ends now, under its new manager
     final = client.wait(job, timeout=120)
     assert final["state"] == "completed", _why(final)
     assert all(s["state"] == "finished" for s in final["subtasks"])
@@ -323,6 +335,23 @@ def _why(job: dict[str, Any]) -> str:
     """A job's state and reasons, and its subtasks', for an assertion message."""
     subs = [(s.get("state"), s.get("exit_code"), s.get("reason")) for s in job["subtasks"]]
     return f"{job.get('state')}: {job.get('reason')!r}; subtasks {subs}"
+
+
+def _checkpointed_work(run_id: str, index: int) -> float:
+    """The work done (Mcycles) some local-manager checkpoint of this machine records for
+    subtask ``index`` of ``run_id`` (0: none records it)."""
+    from runtime.config import coalloc_home
+
+    for path in (coalloc_home() / "runtime").glob("lm-*.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for d in data.get("subtasks", []):
+            sub = d.get("subtask") or {}
+            if sub.get("job_id") == run_id and sub.get("index") == index:
+                return float(sub.get("done_work") or 0.0)
+    return 0.0
 
 
 def _checkpointed_pid(pid: int) -> bool:

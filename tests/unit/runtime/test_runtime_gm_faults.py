@@ -336,3 +336,36 @@ def test_pending_jobs_and_lost_nodes_survive_a_restart_and_a_corrupt_journal_is_
     assert empty.journal_error and "moved to" in empty.journal_error
     aside = list(tmp_path.glob("gm.json.corrupt-*"))
     assert len(aside) == 1 and aside[0].read_text().startswith('{"version": 2')
+
+
+def test_ended_runs_tells_the_controller_which_tracked_runs_are_over(tmp_path: Path) -> None:
+    g = Grid(tmp_path)
+    (a,) = g.gm.submit([_three("a")])
+    (b,) = g.gm.submit([_three("b")])
+    ja, jb = a["job_id"], b["job_id"]
+    g.step(3)
+    assert g.gm.ended_runs([ja, jb, "j99999"], before=1e9) == {}  # running, unknown
+    g.run_until(lambda: g.state(ja) == "completed")
+    info = g.gm.jobs[ja]
+    assert info.finished_at is not None
+    # Only once it ended at or before ``before``; with when each subtask ended.
+    assert g.gm.ended_runs([ja], before=info.finished_at - 1.0) == {}
+    (ends, why) = g.gm.ended_runs([ja], before=info.finished_at)[ja]
+    assert why == "" and ends == {
+        i: o["finish_time"] for i, o in info.outcomes.items()} and len(ends) == 3
+    g.gm.cancel(jb)
+    assert g.gm.ended_runs([jb], before=1e9)[jb][1] == "cancelled"
+    # An old run of a job that runs again is superseded.
+    assert g.gm.ended_runs([f"{ja}.0"], before=1e9) == {f"{ja}.0": ({}, "superseded")}
+
+
+def test_a_restarted_controller_is_told_of_its_orphans_whatever_their_state(
+    tmp_path: Path,
+) -> None:
+    g = Grid(tmp_path)
+    (a,) = g.gm.submit([_three("a")])
+    ja = a["job_id"]
+    g.run_until(lambda: g.state(ja) == "completed")
+    assert [reg.job_id for reg, _ in g.gm.controller_jobs()] == []
+    ((reg, ended),) = g.gm.controller_jobs([ja, "j99999"])
+    assert reg.job_id == ja and sorted(ended) == [0, 1, 2]

@@ -151,3 +151,23 @@ def test_a_checkpoint_of_another_node_is_refused(tmp_path: Path) -> None:
     other, _, _, _ = make(Node("n1", 400.0))
     with pytest.raises(ValueError, match="not this node"):
         other.restore(data, attach=lambda rec: None)
+
+
+def test_an_idle_node_writes_its_checkpoint_once_not_every_cycle(tmp_path: Path) -> None:
+    rt, _, _, ended = make(Node("n0", 400.0))
+    rt.checkpoint = tmp_path / "lm.json"
+    rt.tick(0.0)
+    first = rt.checkpoint.stat().st_mtime_ns
+    rt.checkpoint.write_text("{}")  # a later write would replace this
+    for k in range(1, 5):
+        rt.tick(k * Q)
+    assert rt.checkpoint.read_text() == "{}"  # idle: not written again
+    # Work arrives: written every boundary while it runs, and once more when it has left.
+    rt.submit([subtask("j1", work=2_000.0)], start=5 * Q)
+    rt.tick(5 * Q)
+    assert json.loads(rt.checkpoint.read_text())["subtasks"]
+    k = run_until_done(rt, ended, 6)
+    data = json.loads(rt.checkpoint.read_text())
+    assert data["subtasks"] == [] and data["boundary"] == k * Q
+    assert [h["job_id"] for h in data["history"]] == ["j1"]
+    assert first > 0

@@ -170,11 +170,12 @@ def test_commands_late_starts_and_cancel() -> None:
     rt, sink, cmds, ended = make(Node("n0", 300.0), factory)
     rt.submit([subtask("syn", rate=50.0)], start=0.0)
     rt.tick(0.0)
-    # A submission for a boundary that has passed starts at the next one, counted late.
+    # A submission for the boundary that has just passed starts on it (the cycle it
+    # missed is stepped with it), counted as a late placement, not a late start.
     rt.submit([subtask("proc", rate=50.0, command=("p",))], start=0.0)
     rt.tick(Q)
-    assert rt.counters["late_starts"] == 1
-    assert rt.snapshot()["subtasks"][1]["start_time"] == Q
+    assert (rt.counters["late_placements"], rt.counters["late_starts"]) == (1, 0)
+    assert rt.snapshot()["subtasks"][1]["start_time"] == 0.0
     cmds.items = [
         ReweightCommand("syn", 0, "n0", 1, 20.0, 30.0),
         ReweightCommand("nope", 0, "n0", 2, 1.0, 0.0),
@@ -313,3 +314,33 @@ def test_a_stalled_manager_resynchronises_instead_of_replaying_the_missed_cycles
     assert rep.virtual_time == pytest.approx(tv_before + Q * per_cycle / rep.expected_work)
     assert tv_before > 2 * Q and rep.virtual_time < rep.real_time  # ahead before, behind now
     assert rt.scheduler.get(("j1", 0)).weight == 300.0  # type: ignore[union-attr]
+
+
+def test_a_placement_that_arrives_after_its_boundary_still_starts_on_it() -> None:
+    """Two nodes get a member of the same gang for boundary 0; one placement arrives
+    after that boundary was stepped, before the next. Both members report the same
+    clock for the first cycle, as in the simulator: the late one is not a cycle behind."""
+    on_time, sink_a, _, _ = make(Node("n0", 300.0))
+    late, sink_b, _, _ = make(Node("n1", 300.0))
+    on_time.submit([subtask("g", "n0", rate=100.0)], start=0.0)
+    on_time.tick(0.0)
+    late.tick(0.0)
+    late.submit([subtask("g", "n1", rate=100.0)], start=0.0)
+    on_time.tick(Q)
+    late.tick(Q)
+    (a,), (b,) = sink_a.reports, sink_b.reports
+    assert (b.real_time, b.virtual_time, b.granted_work) == (
+        a.real_time, a.virtual_time, a.granted_work)
+    assert (late.counters["late_placements"], late.counters["late_starts"]) == (1, 0)
+
+
+def test_a_placement_more_than_a_cycle_late_starts_at_the_last_boundary() -> None:
+    rt, sink, _, _ = make(Node("n0", 300.0))
+    rt.tick(0.0)
+    rt.tick(Q)
+    rt.submit([subtask("g", rate=100.0)], start=0.0)
+    rt.tick(2 * Q)
+    (rep,) = sink.reports
+    assert rep.real_time == 2 * Q
+    assert rt.snapshot()["subtasks"][0]["start_time"] == Q
+    assert (rt.counters["late_placements"], rt.counters["late_starts"]) == (0, 1)

@@ -1,0 +1,236 @@
+"""Benchmark: the global manager and the controller past one machine (issue 15 §3).
+
+Drives the live runtime's real services in one process, without Ray or sockets: a
+:class:`runtime.global_service.GlobalService` (admission, pending queue, placement, job
+table, journal) and a :class:`runtime.controller_service.ControllerService` (report
+checks, pace control, phase log), wired as the actors wire them (an admitted job is
+registered with the controller; placements reach emulated nodes, which only count them).
+The grid: ``N`` nodes, each exactly full with ``S`` running strict subtasks (4 to a job),
+and ``P`` more jobs waiting in the pending queue. Then, on a manual clock:
+
+* **report ingest**: one progress report per running subtask (what the nodes send every
+  cycle) through ``ControllerService.ingest``: total and per report; every report must
+  be applied (``dropped`` counts those that were not);
+* **control period**: ``ControllerService.control`` over every running gang (target
+  <= 100 ms);
+* **placement cycle**: a running job finishes (its four subtasks end), then
+  ``GlobalService.place_pending`` over the whole pending queue (target <= 100 ms);
+* **journal write**: the global manager's journal of the whole table written once
+  (``GlobalService._persist``), and its size.
+
+Each figure is printed with its target and, as the reference measured in the same run,
+the same figure at a tenth of the scale (so the ratio shows how it grows). A benchmark,
+not a test: it asserts nothing.
+
+Run: ``python3 bench/bench_scale.py`` (1,000 nodes, 10,000 running subtasks, 10,000
+pending jobs; a few minutes on two cores) or ``--small`` (100 / 1,000 / 1,000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from clocks.base import ManualClock
+from runtime.config import RuntimeConfig
+from runtime.controller_service import ControllerService
+from runtime.global_service import GlobalService
+from runtime.timebase import ModelClock, TimeBase
+from workloads.messages import JobRegistration, ProgressReport, SubtaskOutcome, SubtaskPhase
+from workloads.model import Node, Subtask
+from workloads.spec import parse_document
+
+TARGET_CONTROL_S = 0.100
+TARGET_PLACEMENT_S = 0.100
+GANG = 4
+
+
+class _Reports:
+    endpoint = "inproc://bench"
+
+    def poll(self, timeout_s: float) -> list[ProgressReport]:
+        return []
+
+    def counters(self) -> Mapping[str, Any]:
+        return {"dropped": {}}
+
+    def close(self) -> None:
+        return None
+
+
+class _Commands:
+    endpoint = "inproc://bench-commands"
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def publish(self, command: Any) -> bool:
+        self.sent += 1
+        return True
+
+    def poll_incoming(self) -> int:
+        return 0
+
+    def counters(self) -> Mapping[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        return None
+
+
+class _Dispatch:
+    """The actors' dispatch: registrations go to the controller service, placements to
+    emulated nodes (counted; the running subtasks are remembered for the reports)."""
+
+    def __init__(self, controller: ControllerService | None) -> None:
+        self.controller = controller
+        self.running: dict[tuple[str, int], Subtask] = {}
+
+    def register(self, reg: JobRegistration) -> None:
+        assert self.controller is not None
+        self.controller.register_job(reg)
+
+    def place(self, node: str, subtasks: list[Subtask], start: float) -> None:
+        for s in subtasks:
+            self.running[s.key] = s
+
+    def cancel(self, job_id: str, nodes: Any, reason: str = "") -> list[str]:
+        assert self.controller is not None
+        self.controller.cancel(job_id, reason)
+        return []
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def run(nodes: int, running: int, pending: int, repeats: int) -> dict[str, float]:
+    config = RuntimeConfig()
+    rate = config.core.rate_per_weight
+    per_node = max(1, running // nodes)
+    # A node's strict budget (1.05 x the QoS share of its speed) holds exactly per_node
+    # subtasks of weight 1: the grid is full, what comes next waits.
+    speed = per_node * rate / (1.05 * config.core.qos_share) * 1.0000001
+    grid = [Node(f"n{i}", speed) for i in range(nodes)]
+    clock_src = ManualClock(0.0)
+    clock = ModelClock(clock_src, TimeBase(0.0, config.time_scale))
+    commands = _Commands()
+    with tempfile.TemporaryDirectory() as tmp:
+        dispatch = _Dispatch(None)
+        gm = GlobalService(grid, config, clock, dispatch)
+        ctl = ControllerService(config, clock, gm.core.node_budgets(), _Reports(), commands,
+                                Path(tmp) / "phase.jsonl")
+        dispatch.controller = ctl
+
+        def jobs(prefix: str, count: int) -> list[Any]:
+            return parse_document(
+                [{"name": f"{prefix}{i}", "qos": "strict", "overall_deviation": 300,
+                  "asynchrony": 120, "subtasks": [{"work": 1000, "weight": 1}] * GANG}
+                 for i in range(count)], prefix)
+
+        setup_s, answers = _timed(lambda: gm.submit(jobs("r", running // GANG)))
+        admitted = sum(1 for a in answers if a["admitted"])
+        _, waiting = _timed(lambda: gm.submit(jobs("p", pending)))
+        queued = sum(1 for a in waiting if a["pending"])
+
+        q = config.cycle
+        t = q * 10
+        ingest_s: list[float] = []
+        control_s: list[float] = []
+        for k in range(repeats):
+            t += q
+            clock_src.set(t / config.time_scale)
+            reports = [
+                ProgressReport(s.job_id, s.index, s.node, 1, k, t, t, s.expected_rate * q,
+                               s.expected_rate * q, False, s.expected_rate * q)
+                for s in dispatch.running.values()
+            ]
+            t0 = time.perf_counter()
+            ctl.ingest(reports)
+            t1 = time.perf_counter()
+            ctl.control(t)
+            t2 = time.perf_counter()
+            ingest_s.append((t1 - t0) / max(1, len(reports)))
+            control_s.append(t2 - t1)
+        received = ctl.counters["reports_received"]
+        dropped = received - ctl.counters["reports_applied"]
+
+        placement_s: list[float] = []
+        running_jobs = [a["job_id"] for a in answers if a["admitted"]]
+        for k in range(repeats):
+            job = running_jobs[k]
+            for i in range(GANG):
+                node = next(s.node for s in dispatch.running.values()
+                            if s.job_id == job and s.index == i)
+                gm.subtask_ended(SubtaskOutcome(job, i, node, SubtaskPhase.FINISHED, t))
+            took, _ = _timed(gm.place_pending)
+            placement_s.append(took)
+
+        gm.journal = Path(tmp) / "gm.json"
+        journal_s = [_timed(gm._persist)[0] for _ in range(max(1, repeats // 2))]
+        size = gm.journal.stat().st_size
+    return {
+        "nodes": nodes,
+        "running": admitted * GANG,
+        "pending": queued,
+        "setup_s": setup_s,
+        "ingest_us": statistics.median(ingest_s) * 1e6,
+        "ingest_total_s": statistics.median(ingest_s) * admitted * GANG,
+        "dropped": dropped,
+        "control_s": statistics.median(control_s),
+        "placement_s": statistics.median(placement_s),
+        "journal_s": statistics.median(journal_s),
+        "journal_mb": size / 1e6,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--small", action="store_true",
+                    help="100 nodes, 1,000 running subtasks, 1,000 pending jobs")
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    scale = (100, 1_000, 1_000) if args.small else (1_000, 10_000, 10_000)
+    ref_scale = tuple(max(1, x // 10) for x in scale)
+    ref = run(*ref_scale, repeats=args.repeats)  # type: ignore[arg-type]
+    big = run(*scale, repeats=args.repeats)  # type: ignore[arg-type]
+
+    def ratio(key: str) -> str:
+        return f"{big[key] / ref[key]:.1f}x" if ref[key] else "-"
+
+    print(f"grid: {big['nodes']} nodes, {big['running']} running subtasks, {big['pending']} "
+          f"pending jobs (reference: {ref['nodes']} / {ref['running']} / {ref['pending']}); "
+          f"set-up {big['setup_s']:.1f} s")
+    print("| figure | measured | target | reference (1/10 scale) | ratio |")
+    print("| --- | --- | --- | --- | --- |")
+    rows = [
+        ("report ingest, per report", f"{big['ingest_us']:.1f} us", "-",
+         f"{ref['ingest_us']:.1f} us", ratio("ingest_us")),
+        ("report ingest, one cycle's reports", f"{big['ingest_total_s'] * 1e3:.0f} ms", "-",
+         f"{ref['ingest_total_s'] * 1e3:.0f} ms", ratio("ingest_total_s")),
+        ("reports dropped", f"{big['dropped']}", "0", f"{ref['dropped']}", "-"),
+        ("control period", f"{big['control_s'] * 1e3:.0f} ms",
+         f"<= {TARGET_CONTROL_S * 1e3:.0f} ms "
+         f"({'met' if big['control_s'] <= TARGET_CONTROL_S else 'MISSED'})",
+         f"{ref['control_s'] * 1e3:.0f} ms", ratio("control_s")),
+        ("placement cycle", f"{big['placement_s'] * 1e3:.0f} ms",
+         f"<= {TARGET_PLACEMENT_S * 1e3:.0f} ms "
+         f"({'met' if big['placement_s'] <= TARGET_PLACEMENT_S else 'MISSED'})",
+         f"{ref['placement_s'] * 1e3:.0f} ms", ratio("placement_s")),
+        ("journal write (whole table)", f"{big['journal_s'] * 1e3:.0f} ms "
+         f"({big['journal_mb']:.1f} MB)", "-",
+         f"{ref['journal_s'] * 1e3:.0f} ms ({ref['journal_mb']:.2f} MB)", ratio("journal_s")),
+    ]
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Several emulated nodes' local managers in one process (``coalloc up --nodes-per-process``).
+
+One Ray actor per emulated node costs a Python worker process each (about 120 MB and a
+share of the CPU for Ray's own threads, idle or not): 64 nodes took 8 GB and 0.8 of a core
+doing nothing. A :class:`NodeHostActor` hosts several
+:class:`~runtime.actors.LocalManagerActor` objects instead. Each keeps everything it has
+as its own actor: its :class:`~runtime.node_runtime.NodeRuntime` (scheduler, cycle loop
+thread), its ZeroMQ sockets and CURVE keys, its incarnation and its checkpoint file; only
+the process, and so the Ray worker, is shared. A crash of the process is a crash of every
+node it hosts: Ray restarts the host, and each manager restores its own checkpoint, as a
+restarted single-node actor does.
+
+The global manager reaches a hosted node through :class:`HostedNode`, which looks like
+the node's own actor handle (``handle.place.remote(subtasks, start)``) and calls the
+host's method of the same name with the node's name first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from runtime.config import NAMESPACE, local_manager_name
+
+#: Prefix of a node host's Ray actor name (``coalloc-lmh-0``, ...).
+HOST_PREFIX = "coalloc-lmh-"
+#: ``--nodes-per-process`` default: at most this many host processes.
+DEFAULT_HOST_PROCESSES = 8
+#: Up to this many emulated nodes, each has its own process (the default).
+OWN_PROCESS_UP_TO = 8
+
+
+def host_name(index: int) -> str:
+    """The Ray actor name of node host ``index``."""
+    return f"{HOST_PREFIX}{index}"
+
+
+def default_nodes_per_process(emulated: int) -> int:
+    """``--nodes-per-process`` when not given: 1 for up to :data:`OWN_PROCESS_UP_TO`
+    emulated nodes, else as many as keeps the hosts at :data:`DEFAULT_HOST_PROCESSES`
+    processes."""
+    if emulated <= OWN_PROCESS_UP_TO:
+        return 1
+    return -(-emulated // DEFAULT_HOST_PROCESSES)
+
+
+class NodeHostActor:
+    """The local managers of ``members`` (node, CURVE keys, checkpoint path) in one
+    process; every entry point takes the node's name first and does what that node's
+    own :class:`~runtime.actors.LocalManagerActor` would."""
+
+    def __init__(
+        self,
+        members: Sequence[tuple[Any, Any, str | None]],
+        config: Any,
+        base: Any,
+        report_endpoint: str,
+        command_endpoint: str,
+        output_dir: str | None,
+    ) -> None:
+        from runtime.actors import LocalManagerActor
+
+        self.managers: dict[str, LocalManagerActor] = {}
+        for node, curve, checkpoint in members:
+            self.managers[node.name] = LocalManagerActor(
+                node, config, base, report_endpoint, command_endpoint, output_dir, curve,
+                checkpoint,
+            )
+
+    def nodes(self) -> list[str]:
+        return list(self.managers)
+
+    def ready(self, node: str) -> dict[str, Any]:
+        return dict(self.managers[node].ready(), host=True)
+
+    def place(self, node: str, subtasks: list[Any], start: float) -> int:
+        return self.managers[node].place(subtasks, start)
+
+    def cancel(self, node: str, job_id: str) -> bool:
+        return self.managers[node].cancel(job_id)
+
+    def status(self, node: str) -> dict[str, Any]:
+        return self.managers[node].status()
+
+    def shutdown(self) -> bool:
+        """Stop every hosted node (each kills its subtask processes)."""
+        for manager in self.managers.values():
+            manager.runtime.stop()
+        return all(manager.shutdown() for manager in self.managers.values())
+
+
+class _HostedMethod:
+    __slots__ = ("method", "node")
+
+    def __init__(self, method: Any, node: str) -> None:
+        self.method = method
+        self.node = node
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self.method.remote(self.node, *args, **kwargs)
+
+
+class HostedNode:
+    """A hosted node's local manager, called like an actor handle of its own (module
+    docstring)."""
+
+    __slots__ = ("host", "node")
+
+    def __init__(self, host: Any, node: str) -> None:
+        self.host = host
+        self.node = node
+
+    def __getattr__(self, method: str) -> _HostedMethod:
+        if method.startswith("__"):
+            raise AttributeError(method)
+        return _HostedMethod(getattr(self.host, method), self.node)
+
+
+def node_handle(node: str, host: str | None) -> Any:
+    """What the global manager calls node ``node``'s local manager through: its own actor,
+    or (``host``: the name of the host actor it lives in) a :class:`HostedNode`."""
+    import ray
+
+    if host is None:
+        return ray.get_actor(local_manager_name(node), namespace=NAMESPACE)
+    return HostedNode(ray.get_actor(host, namespace=NAMESPACE), node)

@@ -1,0 +1,142 @@
+"""ControllerCore with late reports (``catch_up``): a local manager that is late and will
+catch up its missed cycles must not show as phase difference."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coallocator.controller import ControllerConfig
+from coallocator.core import ControllerCore
+from coallocator.messages import ProgressReport
+from coallocator.phase_log import PeriodRecord, SummaryRecord
+from workloads.messages import JobRegistration
+from workloads.model import QosClass
+
+Q = 30.0  # s, one cycle (= the control period here)
+
+
+def report(index: int, real: float, virtual: float, rate: float = 1.0,
+           done: bool = False) -> ProgressReport:
+    """Subtask ``index`` of job j1 after the cycle ending at ``real`` (s): its clock at
+    ``virtual`` (s), having run at ``rate`` times its expected rate."""
+    return ProgressReport("j1", index, f"n{index}", 0, 0, real, virtual, 100.0, 100.0 * rate,
+                          done)
+
+
+def gang(catch_up: float, enabled: bool = True) -> tuple[ControllerCore, list[object]]:
+    records: list[object] = []
+    c = ControllerCore(ControllerConfig(), enabled, {"n0": 100.0, "n1": 100.0},
+                       records.append, catch_up=catch_up)
+    c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0,
+                                   ((0, "n0", 50.0), (1, "n1", 50.0)), 500.0, 100.0))
+    return c, records
+
+
+def periods(records: list[object]) -> list[PeriodRecord]:
+    return [r for r in records if isinstance(r, PeriodRecord)]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_late_nodes_clock_is_carried_to_the_period_not_counted_stale(enabled: bool) -> None:
+    c, records = gang(catch_up=10 * Q, enabled=enabled)
+    # Both members run at the expected rate; n1's manager is 3 cycles late: its last
+    # report describes T_R = 210 s while the period is evaluated at 300 s.
+    c.ingest(report(0, 300.0, 300.0))
+    c.ingest(report(1, 210.0, 210.0))
+    c.control_period(300.0)
+    (rec,) = periods(records)
+    assert rec.phase_difference == pytest.approx(0.0)
+    assert rec.mean_virtual == pytest.approx(300.0)
+    assert rec.estimated == {"1": pytest.approx(90.0)}
+    assert c.estimated_clocks == 1
+
+
+def test_the_catch_up_reports_then_close_the_period_without_an_estimate() -> None:
+    c, records = gang(catch_up=10 * Q)
+    c.ingest(report(0, 300.0, 300.0))
+    c.ingest(report(1, 210.0, 210.0))
+    c.control_period(300.0)
+    # n1 catches up: its cycles 240..330 arrive in a burst, as does n0's 330.
+    for t in (240.0, 270.0, 300.0, 330.0):
+        c.ingest(report(1, t, t))
+    c.ingest(report(0, 330.0, 330.0))
+    c.control_period(330.0)
+    second = periods(records)[-1]
+    assert second.phase_difference == pytest.approx(0.0) and second.estimated is None
+    c.ingest(report(0, 360.0, 360.0, done=True))
+    c.ingest(report(1, 360.0, 360.0, done=True))
+    (summary,) = [r for r in records if isinstance(r, SummaryRecord)]
+    assert summary.periods == 2 and summary.estimated_periods == 1
+    assert summary.mean_phase_difference == pytest.approx(0.0)
+
+
+def test_a_controller_that_is_late_carries_newer_reports_back() -> None:
+    c, records = gang(catch_up=10 * Q)
+    # The controller evaluates 300 s after n1 has already reported the cycle ending 330.
+    c.ingest(report(0, 300.0, 300.0, rate=0.5))
+    c.ingest(report(1, 330.0, 315.0, rate=0.5))
+    c.control_period(300.0)
+    (rec,) = periods(records)
+    assert rec.phase_difference == pytest.approx(0.0)
+    assert rec.estimated == {"1": pytest.approx(-30.0)}
+
+
+def test_beyond_catch_up_the_stalled_nodes_clock_is_taken_as_reported() -> None:
+    # A manager later than catch_up resynchronises without booking the missed cycles:
+    # its last clock is the truth, and the gang really is out of step.
+    c, records = gang(catch_up=2 * Q)
+    c.ingest(report(0, 300.0, 300.0))
+    c.ingest(report(1, 210.0, 210.0))
+    c.control_period(300.0)
+    (rec,) = periods(records)
+    assert rec.phase_difference == pytest.approx(90.0) and rec.estimated is None
+
+
+def test_the_simulator_never_estimates() -> None:
+    c, records = gang(catch_up=0.0)
+    c.ingest(report(0, 300.0, 300.0))
+    c.ingest(report(1, 210.0, 210.0))
+    c.control_period(300.0)
+    (rec,) = periods(records)
+    assert rec.phase_difference == pytest.approx(90.0) and rec.estimated is None
+    assert c.estimated_clocks == 0
+
+
+def test_a_member_that_has_not_reported_yet_is_carried_at_its_start_rate() -> None:
+    c, records = gang(catch_up=10 * Q, enabled=False)
+    c.ingest(report(0, Q, Q))  # n1's first report is late
+    c.control_period(Q)
+    (rec,) = periods(records)
+    assert rec.phase_difference == pytest.approx(0.0) and rec.estimated == {"1": Q}
+
+
+def test_a_negative_catch_up_is_refused() -> None:
+    with pytest.raises(ValueError, match="catch_up"):
+        ControllerCore(catch_up=-1.0)
+
+
+@given(
+    rate=st.floats(0.05, 4.0),
+    late=st.integers(0, 10),
+    early=st.integers(0, 3),
+    start=st.integers(1, 50),
+)
+def test_a_gang_in_step_shows_no_phase_difference_whoever_is_late(
+    rate: float, late: int, early: int, start: int
+) -> None:
+    """Members that run at the same rate are in step; which node's reports are late (up
+    to catch_up) or early must not change that."""
+    c, records = gang(catch_up=10 * Q, enabled=False)
+    now = (start + 10) * Q
+
+    def clock(t: float) -> float:
+        return rate * t
+
+    c.ingest(report(0, now - late * Q, clock(now - late * Q), rate))
+    c.ingest(report(1, now + early * Q, clock(now + early * Q), rate))
+    c.control_period(now)
+    (rec,) = periods(records)
+    assert rec.phase_difference == pytest.approx(0.0, abs=1e-6)
+    assert rec.mean_virtual == pytest.approx(clock(now))
