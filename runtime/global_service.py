@@ -917,15 +917,19 @@ class GlobalService:
         hold the lock: a node that hangs holds only this caller, for at most its Ray
         call's timeout), each committed or rolled back under the lock when its calls
         have answered (:meth:`_settle`)."""
-        for res in reservations:
+        for i, res in enumerate(reservations):
             try:
                 reached, failures = self._send(res)
-            except BaseException:
                 with self._lock:
-                    self._dispatching.pop(res.run.job_id, None)
+                    stops = self._settle(res, reached, failures)
+            except BaseException:
+                # Not settled (a journal write failed, ...): what is left is no longer
+                # being dispatched; the reconciliation ends what never reached its nodes.
+                with self._lock:
+                    for left in reservations[i:]:
+                        if self._dispatching.get(left.run.job_id) == left.run:
+                            del self._dispatching[left.run.job_id]
                 raise
-            with self._lock:
-                stops = self._settle(res, reached, failures)
             self._send_stops(stops)
 
     def _send(self, res: Reservation) -> tuple[list[str], list[DispatchFailed]]:
