@@ -251,7 +251,7 @@ def test_status_queue_and_submit_answer_while_a_dispatch_waits_on_a_stopped_node
     pid = int(info["pid"])
     answers: list[str] = []
     submitting = threading.Thread(
-        target=lambda: answers.append(client.submit(job("held", 100_000, 12))), daemon=True)
+        target=lambda: answers.append(client.submit(job("held", 200, 12))), daemon=True)
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"other-{os.getpid()}.json"
     path.write_text(json.dumps(job("other", 20, 12, n=1)))  # no room left: it waits
     os.kill(pid, signal.SIGSTOP)
@@ -290,7 +290,7 @@ def test_down_removes_the_restart_files_of_a_node_that_does_not_answer(
 
     cluster, _ = deployment
     epoch = coalloc.connect(cluster.address).deployment()["epoch"]
-    files = sorted((coalloc_home() / "runtime").glob(f"*-{int(epoch * 1000)}.json"))
+    files = sorted((coalloc_home() / "runtime").glob(f"*-{int(epoch * 1000)}.*"))
     assert {f.name.split("-", 1)[0] for f in files} == {"gm", "ctl", "lm"}, files
     info = ready_of(LOCAL_PREFIX + "n1")
     assert info is not None
