@@ -35,6 +35,7 @@ import random
 import threading
 import time
 from collections.abc import Container, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -104,6 +105,10 @@ class DispatchFailed(Exception):
         super().__init__(f"{actor} is unreachable ({type(cause).__name__})")
 
 
+#: Most ``place`` calls of one run made at once (one worker thread each).
+DISPATCH_WORKERS = 16
+
+
 @dataclass(frozen=True, slots=True)
 class RunId:
     """One run of a job: its ``dispatch``-th placement (1 for the first). The controller
@@ -124,6 +129,18 @@ class RunId:
             return RunId(text)
         job_id, _, n = text.rpartition(".")
         return RunId(job_id, int(n)) if job_id and n.isdigit() else RunId(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A run placed and journaled under the lock, to be handed to the other actors
+    outside it: ``subtasks`` carry the run id; ``start``: model s the run starts;
+    ``registration``: the controller's (grid QoS runs only)."""
+
+    run: RunId
+    subtasks: tuple[Subtask, ...]
+    start: float
+    registration: JobRegistration | None
 
 
 @dataclass(slots=True)
@@ -274,6 +291,10 @@ class GlobalService:
         #: Archived jobs when there is no journal (their status records, by id).
         self._archived: dict[str, dict[str, Any]] = {}
         self._journal: Journal | None = None
+        #: Runs being dispatched (job id -> run): reserved and journaled, their calls to
+        #: the controller and the nodes out (not journaled: a recovered service finds
+        #: what a dispatch cut short left by reconciliation, as before).
+        self._dispatching: dict[str, RunId] = {}
         if journal is not None:
             self._open_journal(journal)
 
@@ -672,7 +693,8 @@ class GlobalService:
     def _missing(self, node: str, keys: set[tuple[str, int]]) -> bool:
         """Subtasks of running jobs that ``node``'s manager does not know, well after
         their start (a dispatch cut short by a crash of the global manager, a manager
-        killed before its checkpoint named them): their runs are ended whole and
+        killed before its checkpoint named them; not a run still being dispatched, whose
+        calls decide): their runs are ended whole and
         requeued whatever ``on_node_loss`` says (up to ``max_attempts``). The subtask did
         no work that can be kept: it never started there, or its process was reaped as
         an orphan by the restarted manager, so running the job again loses nothing a
@@ -684,8 +706,9 @@ class GlobalService:
             late = self.clock.now() - self.config.stall_cycles * self.config.cycle
             for run_id in sorted({k[0] for k in keys}):
                 info = self._info_of_run(run_id)
-                if info is None or info.start_at is None or info.start_at > late:
-                    continue
+                if info is None or info.start_at is None or info.start_at > late \
+                        or self._dispatching.get(info.job_id) == info.run:
+                    continue  # not late yet, or its place call is still out
                 why = f"its subtask on node {node} is not there (lost by its local manager)"
                 stops.append(self._end_run(info, why, EndPolicy.REQUEUE, loss=True))
             if stops:
@@ -828,12 +851,13 @@ class GlobalService:
                     del self.tokens[oldest]
                     self._dirty_tokens.add(oldest)
             self._persist()  # write-ahead: recorded before it is dispatched
-            for info, subtasks in placed:
-                self._dispatch(info, subtasks, start)
+            reservations = [self._reserve(info, subtasks, start) for info, subtasks in placed]
+        self._dispatch_all(reservations)  # outside the lock
+        with self._lock:
             after = [self._answer(self.jobs[j]) for j in ids]
             if after != out:  # a dispatch failed: the retry token must answer as now
                 out = after
-                if token is not None:
+                if token is not None and token in self.tokens:
                     self.tokens[token] = out
                     self._dirty_tokens.add(token)
                 self._persist()
@@ -868,9 +892,9 @@ class GlobalService:
             if not placed and not expired:
                 return 0
             self._persist()  # write-ahead; a dispatch that fails records its own outcome
-            for info, subtasks in placed:
-                self._dispatch(info, subtasks, start)
-            return len(placed)
+            reservations = [self._reserve(info, subtasks, start) for info, subtasks in placed]
+        self._dispatch_all(reservations)  # outside the lock
+        return len(reservations)
 
     def _cycle(self, start: float) -> tuple[list[tuple[JobInfo, tuple[Subtask, ...]]], bool]:
         """The core's placement cycle at ``start``, applied to the job table (caller holds
@@ -913,15 +937,46 @@ class GlobalService:
             for s in subtasks
         ]
 
-    def _dispatch(self, info: JobInfo, subtasks: tuple[Subtask, ...], start: float) -> None:
-        """Hand a placed run to the controller and its nodes, as one transaction: if any
-        actor cannot be reached, what was placed is withdrawn, the budgets return, a node
-        that did not answer is taken out of placement, and the job goes back to the
-        queue (``queue: wait``, or a requeue) or is rejected naming that actor."""
-        run_id = info.run_id
-        subs = [replace(s, job_id=run_id) for s in subtasks]
+    def _reserve(self, info: JobInfo, subtasks: tuple[Subtask, ...], start: float) -> Reservation:
+        """What dispatching the run just placed (and journaled) for ``info`` sends; the
+        job is marked as being dispatched (caller holds the lock). The core has already
+        committed the run's budgets: :meth:`_settle` keeps or returns them."""
+        run = info.run
+        subs = tuple(replace(s, job_id=str(run)) for s in subtasks)
         qos = QosClass(info.qos)
-        reached: list[str] = []
+        registration = JobRegistration(
+            str(run), qos, start, tuple((s.index, s.node, s.expected_rate) for s in subs),
+            info.overall_deviation, info.asynchrony, initial_pace_of(subs),
+        ) if qos in (QosClass.STRICT, QosClass.LOOSE) else None
+        self._dispatching[info.job_id] = run
+        return Reservation(run, subs, start, registration)
+
+    def _dispatch_all(self, reservations: list[Reservation]) -> None:
+        """Hand reserved runs to the other actors, one after the other (caller does NOT
+        hold the lock: a node that hangs holds only this caller, for at most its Ray
+        call's timeout), each committed or rolled back under the lock when its calls
+        have answered (:meth:`_settle`)."""
+        for i, res in enumerate(reservations):
+            try:
+                reached, failures = self._send(res)
+                with self._lock:
+                    stops = self._settle(res, reached, failures)
+            except BaseException:
+                # Not settled (a journal write failed, ...): what is left is no longer
+                # being dispatched; the reconciliation ends what never reached its nodes.
+                with self._lock:
+                    for left in reservations[i:]:
+                        if self._dispatching.get(left.run.job_id) == left.run:
+                            del self._dispatching[left.run.job_id]
+                raise
+            self._send_stops(stops)
+
+    def _send(self, res: Reservation) -> tuple[list[str], list[DispatchFailed]]:
+        """Make a reserved run's calls (outside the lock): the controller's registration
+        first (a grid QoS run; nothing else is sent if it fails), then one ``place`` per
+        node, the nodes at once (the Dispatch calls block: one worker thread per node
+        beyond the first). Returns the nodes reached and the failures (the controller's,
+        or one per node that did not answer, in the order of the nodes)."""
 
         def took(began: float) -> None:
             # Real seconds on the service's clock (a manual clock in tests: 0).
@@ -935,43 +990,81 @@ class GlobalService:
                 raise DispatchFailed("the controller", None, exc) from exc
             took(began)
 
-        def place(node: str, group: list[Subtask]) -> None:
+        groups: dict[str, list[Subtask]] = {}
+
+        def collect(node: str, group: list[Subtask]) -> None:
+            groups[node] = group
+
+        try:
+            start_run(res.registration, res.subtasks, register, collect)
+        except DispatchFailed as failed:
+            return [], [failed]
+
+        def place(node: str) -> DispatchFailed | None:
             began = self.clock.now()
             try:
-                self.dispatch.place(node, group, start)
+                self.dispatch.place(node, groups[node], res.start)
             except Exception as exc:  # noqa: BLE001
-                raise DispatchFailed(f"the local manager of node {node}", node, exc) from exc
+                return DispatchFailed(f"the local manager of node {node}", node, exc)
             took(began)
-            reached.append(node)
+            return None
 
-        grid = qos in (QosClass.STRICT, QosClass.LOOSE)
-        registration = JobRegistration(
-            run_id, qos, start, tuple((s.index, s.node, s.expected_rate) for s in subs),
-            info.overall_deviation, info.asynchrony, initial_pace_of(subs),
-        ) if grid else None
-        try:
-            start_run(registration, subs, register, place)
-        except DispatchFailed as failed:
-            self.counters["dispatch_failed"] += 1
-            self._mark(info.job_id)
-            self.dispatch.cancel(run_id, reached, f"dispatch failed: {failed}")
-            if failed.node is not None:
-                self.core.set_node_down(failed.node)
-            spec = self._spec(info)
-            why = f"not started: {failed}; nothing of it stays placed"
-            log.warning("%s: %s", info.job_id, why)
-            if self.core.config.queue is QueueMode.WAIT or info.attempt > 1 or \
-                    info.history:
-                self.core.requeue(info.job_id, spec, start)
-                info.state = JobPhase.PENDING
-                info.queued_at = self.clock.now()
-                info.reason = why + "; back in the queue"
-            else:
-                self.core.cancel(info.job_id)
-                info.state = JobPhase.REJECTED
-                info.reason = why
-            info.subtasks = []
-            self._persist()
+        nodes = list(groups)
+        if len(nodes) <= 1:
+            results = [place(n) for n in nodes]
+        else:
+            with ThreadPoolExecutor(max_workers=min(len(nodes), DISPATCH_WORKERS),
+                                    thread_name_prefix="coalloc-dispatch") as pool:
+                results = list(pool.map(place, nodes))
+        reached = [n for n, r in zip(nodes, results) if r is None]
+        return reached, [r for r in results if r is not None]
+
+    def _settle(
+        self, res: Reservation, reached: list[str], failures: list[DispatchFailed]
+    ) -> list[tuple[str, list[str], str]]:
+        """Commit or roll back a dispatched run (caller holds the lock; this persists
+        what it changes). All reached: the run stays as recorded. A failure: what was
+        placed is cancelled, the budgets return, a node that did not answer leaves
+        placement, and the job goes back to the queue (``queue: wait``, or a requeue)
+        or is rejected naming that actor. A run that stopped being its job's current
+        one while its calls were out (cancelled, ended by a node loss) is cancelled on
+        the nodes it reached (the stop sent then may have arrived before it). Returns
+        the stops to send, after the lock is released."""
+        job_id = res.run.job_id
+        if self._dispatching.get(job_id) == res.run:
+            del self._dispatching[job_id]
+        info = self.jobs.get(job_id)
+        current = info is not None and info.state is JobPhase.RUNNING and info.run == res.run
+        run_id = str(res.run)
+        if info is None or not current:
+            if not reached and res.registration is None:
+                return []
+            log.warning("%s: run %s ended while it was being dispatched; stopping it on %s",
+                        job_id, run_id, ", ".join(reached) or "the controller")
+            return [(run_id, reached, "ended while it was being dispatched")]
+        if not failures:
+            return []
+        failed = failures[0]
+        self.counters["dispatch_failed"] += 1
+        self._mark(job_id)
+        for f in failures:
+            if f.node is not None:
+                self.core.set_node_down(f.node)
+        spec = self._spec(info)
+        why = f"not started: {failed}; nothing of it stays placed"
+        log.warning("%s: %s", job_id, why)
+        if self.core.config.queue is QueueMode.WAIT or info.attempt > 1 or info.history:
+            self.core.requeue(job_id, spec, res.start)
+            info.state = JobPhase.PENDING
+            info.queued_at = self.clock.now()
+            info.reason = why + "; back in the queue"
+        else:
+            self.core.cancel(job_id)
+            info.state = JobPhase.REJECTED
+            info.reason = why
+        info.subtasks = []
+        self._persist()
+        return [(run_id, reached, f"dispatch failed: {failed}")]
 
     # ---------------------------------------------------------------- lifecycle
     def subtask_ended(self, outcome: SubtaskOutcome) -> None:
@@ -1156,6 +1249,8 @@ class GlobalService:
         self, info: JobInfo, starts: Mapping[str, float | None] | None = None
     ) -> dict[str, Any]:
         d = info.to_dict()
+        if info.state is JobPhase.RUNNING:  # its calls to the other actors still out
+            d["dispatching"] = self._dispatching.get(info.job_id) == info.run
         now = self.clock.now()
         if info.state is JobPhase.PENDING:
             d["wait"] = now - (info.queued_at if info.queued_at is not None else info.submitted_at)

@@ -2,8 +2,8 @@
 
 Every member of a gang must start on the same cycle boundary (the simulator starts them
 together). The global manager picks the boundary when it admits a job and then makes its
-dispatch calls one after the other (the controller's registration, one placement per
-node); a node whose placement arrives after that boundary starts its subtask a cycle
+dispatch calls (the controller's registration, then the placements on every
+node at once); a node whose placement arrives after that boundary starts its subtask a cycle
 late, and the gang is out of step from its first period. A fixed margin that suffices on
 an idle machine does not on a loaded one, where one Ray call can take a tenth of a second
 or more. So the margin is learnt: the configured ``floor_s``, or ``headroom`` times the
@@ -14,6 +14,7 @@ times its calls.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 
 #: Dispatch calls remembered.
@@ -25,10 +26,10 @@ CEILING_S = 5.0
 
 
 class StartMargin:
-    """The learnt start margin (see the module docstring). Not thread-safe: the global
-    manager calls it under its lock."""
+    """The learnt start margin (see the module docstring). Thread-safe: the dispatch
+    calls it times run outside the global manager's lock, several at once."""
 
-    __slots__ = ("floor_s", "headroom", "ceiling_s", "_calls")
+    __slots__ = ("floor_s", "headroom", "ceiling_s", "_calls", "_guard")
 
     def __init__(
         self,
@@ -43,15 +44,18 @@ class StartMargin:
         self.headroom = headroom
         self.ceiling_s = max(ceiling_s, floor_s)
         self._calls: deque[float] = deque(maxlen=keep)
+        self._guard = threading.Lock()
 
     def observe_call(self, seconds: float) -> None:
         """One dispatch call took ``seconds`` real seconds (negative: clock noise, 0)."""
-        self._calls.append(max(0.0, seconds))
+        with self._guard:
+            self._calls.append(max(0.0, seconds))
 
     @property
     def slowest_call_s(self) -> float:
         """The slowest of the remembered calls (real s; 0 before the first)."""
-        return max(self._calls, default=0.0)
+        with self._guard:
+            return max(self._calls, default=0.0)
 
     def seconds(self, calls: int = 1) -> float:
         """The margin (real s) for a dispatch of ``calls`` sequential calls."""
@@ -60,7 +64,7 @@ class StartMargin:
 
 
 def dispatch_calls(subtask_counts: list[int]) -> int:
-    """The calls a dispatch of gangs of ``subtask_counts`` subtasks makes: per gang one
-    registration and at most one placement per subtask (its members are on distinct
-    nodes)."""
-    return sum(1 + n for n in subtask_counts)
+    """The calls, one after the other, that a dispatch of gangs of ``subtask_counts``
+    subtasks makes: per gang the controller's registration, then its placements, made on
+    all its nodes at once (one round)."""
+    return sum(1 + (1 if n > 0 else 0) for n in subtask_counts)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +233,51 @@ def test_a_silent_node_is_lost_and_its_gang_requeued_whole_on_the_others(
                for r in records)
 
 
+def test_status_queue_and_submit_answer_while_a_dispatch_waits_on_a_stopped_node(
+    deployment: Any, capsys: Any
+) -> None:
+    """A job is dispatched to a node whose local manager is SIGSTOPped: its ``place``
+    call waits (up to the Ray call's timeout) outside the global manager's lock, so
+    ``status``, ``queue`` and another ``submit`` answer meanwhile (asserted by order:
+    before the dispatching submission returns). After SIGCONT the job runs."""
+    import coalloc
+    from runtime.config import LOCAL_PREFIX
+
+    cluster, _ = deployment
+    client = coalloc.connect(cluster.address)
+    idle_budgets(capsys, cluster.address)
+    info = ready_of(LOCAL_PREFIX + "n2")
+    assert info is not None
+    pid = int(info["pid"])
+    answers: list[str] = []
+    submitting = threading.Thread(
+        target=lambda: answers.append(client.submit(job("held", 200, 12))), daemon=True)
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"other-{os.getpid()}.json"
+    path.write_text(json.dumps(job("other", 20, 12, n=1)))  # no room left: it waits
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        submitting.start()  # fills every node, n2 too (not stale yet: silent < 3 s)
+        held = wait_for(lambda: next((j["job_id"] for j in client.queue()
+                                      if j["name"] == "held"), None))
+        assert client.job(held)["dispatching"] is True
+        code, out, err = run_cli(capsys, "queue", "--address", cluster.address)
+        assert code == 0 and held in out, (code, out, err)
+        code, out, err = run_cli(capsys, "submit", str(path), "--address", cluster.address)
+        assert code == 0, (code, out, err)
+        st = status(capsys, cluster.address)
+        assert held in [j["job_id"] for j in st["jobs"]]
+        assert submitting.is_alive() and not answers  # all answered while it waited
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    submitting.join(120)
+    assert not submitting.is_alive() and answers == [held]
+    other = next(j["job_id"] for j in client.queue() if j["name"] == "other")
+    client.cancel_jobs([other])
+    done = client.wait(held, timeout=180)
+    assert done["state"] == "completed", done
+    wait_for(lambda: client.job_states([other])[other] == "cancelled")
+
+
 def test_down_removes_the_restart_files_of_a_node_that_does_not_answer(
     deployment: Any, capsys: Any
 ) -> None:
@@ -244,7 +290,7 @@ def test_down_removes_the_restart_files_of_a_node_that_does_not_answer(
 
     cluster, _ = deployment
     epoch = coalloc.connect(cluster.address).deployment()["epoch"]
-    files = sorted((coalloc_home() / "runtime").glob(f"*-{int(epoch * 1000)}.json"))
+    files = sorted((coalloc_home() / "runtime").glob(f"*-{int(epoch * 1000)}.*"))
     assert {f.name.split("-", 1)[0] for f in files} == {"gm", "ctl", "lm"}, files
     info = ready_of(LOCAL_PREFIX + "n1")
     assert info is not None

@@ -5,6 +5,7 @@ node (:class:`Loopback`), a node "lost" by no longer ticking or answering."""
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +32,7 @@ class Faulty:
         self.refuse_next_placed = 0
         self.placed: list[tuple[str, str]] = []
         self.cancelled: list[tuple[str, tuple[str, ...], str]] = []
+        self._lock = threading.Lock()  # a run's place calls are made at once
 
     def register(self, *args: Any) -> None:
         if self.controller_down:
@@ -38,14 +40,15 @@ class Faulty:
         self.inner.register(*args)
 
     def place(self, node: str, subtasks: list[Any], start: float) -> None:
-        if self.refuse_next_placed:
-            # The second node a run is placed on: one node was reached before it.
-            self.refuse_next_placed -= 1
-            if not self.refuse_next_placed:
-                self.refuse.add(node)
-        if node in self.refuse:
-            raise ConnectionError(f"{node} gone")
-        self.placed.append((node, subtasks[0].job_id))
+        with self._lock:
+            if self.refuse_next_placed:
+                # The second node a run is placed on: one node was reached before it.
+                self.refuse_next_placed -= 1
+                if not self.refuse_next_placed:
+                    self.refuse.add(node)
+            if node in self.refuse:
+                raise ConnectionError(f"{node} gone")
+            self.placed.append((node, subtasks[0].job_id))
         self.inner.place(node, subtasks, start)
 
     def cancel(self, job_id: str, nodes: Any, reason: str = "") -> list[str]:
@@ -266,7 +269,9 @@ def test_a_dispatch_that_cannot_reach_a_node_leaves_nothing_placed(
     stop = [c for c in g.dispatch.cancelled if c[0] == job]
     assert stop and stop[0][2].startswith("dispatch failed")
     reached = set(stop[0][1])
-    assert len(reached) == 1 and dead not in reached
+    # A run's place calls are made at once: every node but the dead one was reached.
+    assert len(reached) == 2 and dead not in reached
+    assert reached == {n for n, run in g.dispatch.placed if run == job}
     for name in reached:
         assert [s["state"] for s in g.loop.nodes[name].snapshot()["subtasks"]
                 if s["job_id"] == job] == ["cancelled"]

@@ -33,8 +33,9 @@ def test_bad_settings_are_refused() -> None:
         StartMargin(-1.0)
 
 
-def test_dispatch_calls_count_a_registration_and_one_placement_per_member() -> None:
-    assert dispatch_calls([3, 2]) == 7
+def test_dispatch_calls_count_a_registration_and_one_round_of_placements_per_gang() -> None:
+    assert dispatch_calls([3, 2]) == 4
+    assert dispatch_calls([1]) == 2
     assert dispatch_calls([]) == 0
 
 
