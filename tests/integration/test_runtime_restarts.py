@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -337,9 +338,9 @@ def _why(job: dict[str, Any]) -> str:
     return f"{job.get('state')}: {job.get('reason')!r}; subtasks {subs}"
 
 
-def _checkpointed_work(run_id: str, index: int) -> float:
-    """The work done (Mcycles) some local-manager checkpoint of this machine records for
-    subtask ``index`` of ``run_id`` (0: none records it)."""
+def _checkpoint_entries() -> Iterator[dict[str, Any]]:
+    """The subtask entries of every local-manager checkpoint of this machine (files
+    being rewritten or unreadable are skipped)."""
     from runtime.config import coalloc_home
 
     for path in (coalloc_home() / "runtime").glob("lm-*.json"):
@@ -347,23 +348,19 @@ def _checkpointed_work(run_id: str, index: int) -> float:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        for d in data.get("subtasks", []):
-            sub = d.get("subtask") or {}
-            if sub.get("job_id") == run_id and sub.get("index") == index:
-                return float(sub.get("done_work") or 0.0)
+        yield from data.get("subtasks", [])
+
+
+def _checkpointed_work(run_id: str, index: int) -> float:
+    """The work done (Mcycles) some local-manager checkpoint of this machine records for
+    subtask ``index`` of ``run_id`` (0: none records it)."""
+    for d in _checkpoint_entries():
+        sub = d.get("subtask") or {}
+        if sub.get("job_id") == run_id and sub.get("index") == index:
+            return float(sub.get("done_work") or 0.0)
     return 0.0
 
 
 def _checkpointed_pid(pid: int) -> bool:
     """Some local-manager checkpoint of this machine names ``pid`` as an executor's."""
-    from runtime.config import coalloc_home
-
-    for path in (coalloc_home() / "runtime").glob("lm-*.json"):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        for d in data.get("subtasks", []):
-            if (d.get("executor") or {}).get("pid") == pid:
-                return True
-    return False
+    return any((d.get("executor") or {}).get("pid") == pid for d in _checkpoint_entries())
