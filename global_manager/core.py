@@ -76,6 +76,11 @@ __all__ = [
 ]
 
 
+#: Job shapes whose reasons the core memoises (:meth:`GlobalManagerCore._explain`); past
+#: this many the memo starts again.
+SHAPES_MEMOISED = 4096
+
+
 class QueueMode(str, Enum):
     """What happens to a strict job that does not fit at once: ``reject`` it (the
     paper's behaviour) or keep it ``pending`` until a placement cycle places it."""
@@ -167,6 +172,17 @@ class GlobalManagerCore:
         #: The QoS capacity each node last measured (Mcycles/s), for admission policies
         #: that read it (:meth:`observe_qos_capacity`).
         self.qos_capacity: dict[str, float] = {}
+        #: Bumped whenever what placement sees of the grid changes (a placement, a
+        #: release, a node down or up, a measured capacity, a restore): the reasons
+        #: memoised below are good while it stays the same.
+        self._grid_version = 0
+        #: Why a pending job does not fit the grid as it stands, by the job's shape
+        #: (:meth:`pending_reasons_of`), for ``_grid_version``.
+        self._explained: dict[tuple[object, ...], tuple[PendingReason, ...]] = {}
+        self._explained_at = -1
+        #: Why a job could never be placed, by its shape (:meth:`_never_placeable`): the
+        #: nodes and their budget ceilings do not change.
+        self._never: dict[tuple[object, ...], tuple[PendingReason, ...]] = {}
 
     # ------------------------------------------------------- the parts' state
     @property
@@ -226,6 +242,7 @@ class GlobalManagerCore:
             return False
         before = self.budget(node)
         self.qos_capacity[node] = rate
+        self._grid_version += 1
         if self.budget(node) == before:
             return False
         self.queue.changed = True
@@ -246,6 +263,7 @@ class GlobalManagerCore:
         else:
             self.down.discard(node)
         self.queue.changed = True
+        self._grid_version += 1
         return True
 
     def budget_ceiling(self, node: str) -> float:
@@ -330,7 +348,7 @@ class GlobalManagerCore:
         if waits or any(spec.labels_of(i) for i in range(n)):
             # Against the budget ceilings: a budget on measured capacity moves with the
             # node's other work, and a job that fits an idle node waits for one.
-            never = never_placeable(job, self._grid(ceiling=True), self.config.qos_share)
+            never = self._never_placeable(job)
             if never:
                 msg = "; ".join(r.message for r in never)
                 return Admission(job_id, False, msg, reasons=never)
@@ -345,6 +363,27 @@ class GlobalManagerCore:
             return Admission(job_id, False, reply.messages.get(job_id, ""),
                              reasons=reply.reasons.get(job_id, ()))
         return self._start(job_id, spec, now, got)
+
+    @staticmethod
+    def _shape_key(job: QueuedJob) -> tuple[object, ...]:
+        """What the reasons a job alone gets from a flow solve depend on: its user (named
+        in a fair-share reason), its subtasks' rates and labels, and whether it is strict.
+        Not its id, priority or arrival: a job solved alone ranks first, and
+        :func:`~global_manager.placer.explain` solves it at its own arrival."""
+        return (job.user, job.strict, job.rates, job.labels)
+
+    def _never_placeable(self, job: QueuedJob) -> tuple[PendingReason, ...]:
+        """:func:`~global_manager.placer.never_placeable` on the budget ceilings, memoised
+        by the job's shape (the nodes, their speeds, labels and ceilings are fixed): a
+        batch of like jobs pays one solve over the grid, not one each."""
+        key = self._shape_key(job)
+        got = self._never.get(key)
+        if got is None:
+            got = never_placeable(job, self._grid(ceiling=True), self.config.qos_share)
+            if len(self._never) >= SHAPES_MEMOISED:
+                self._never.clear()
+            self._never[key] = got
+        return got
 
     def _shape(self, spec: JobSpec) -> tuple[list[float], list[float], list[float]]:
         """Works, relative weights and expected rates of a job's subtasks. A job given by
@@ -408,6 +447,7 @@ class GlobalManagerCore:
                 )
             )
         self.table.add(job_id, spec, now, tuple(subtasks))
+        self._grid_version += 1
         return Admission(job_id, True, "", tuple(subtasks), placed_at=now)
 
     def _guaranteed_pace(
@@ -482,7 +522,7 @@ class GlobalManagerCore:
     def pending_reasons_of(self, rec: PendingRecord) -> tuple[PendingReason, ...]:
         if rec.reasons is None:
             job = self._queued(rec.job_id, rec.spec, rec.arrival)
-            why = explain(self._request(rec.arrival, (job,), queue=False)).get(rec.job_id)
+            why = self._explain(job)
             rec.reasons = why or (
                 PendingReason(
                     ReasonKind.GANG,
@@ -491,6 +531,23 @@ class GlobalManagerCore:
                 ),
             )
         return rec.reasons
+
+    def _explain(self, job: QueuedJob) -> tuple[PendingReason, ...]:
+        """Why ``job`` alone does not fit the grid as it stands
+        (:func:`~global_manager.placer.explain`; empty if it fits), memoised by the job's
+        shape until the grid changes: a queue of like jobs, asked about one after the
+        other (a submission's answers, ``coalloc queue``), pays one solve over the grid."""
+        if self._explained_at != self._grid_version:
+            self._explained.clear()
+            self._explained_at = self._grid_version
+        key = self._shape_key(job)
+        got = self._explained.get(key)
+        if got is None:
+            got = explain(self._request(job.arrival, (job,), queue=False)).get(job.job_id, ())
+            if len(self._explained) >= SHAPES_MEMOISED:
+                self._explained.clear()
+            self._explained[key] = got
+        return got
 
     def start_estimates(self, now: float) -> Mapping[str, float | None]:
         """Each pending job's estimated start (model s, ``>= now``; ``None``: cannot be
@@ -578,6 +635,7 @@ class GlobalManagerCore:
     def _release(self, s: Subtask, spec: JobSpec) -> None:
         self.queue.changed = True
         self.table.release(s, spec)
+        self._grid_version += 1
 
     def committed_view(self) -> Mapping[str, float]:
         return dict(self.committed)
@@ -695,6 +753,7 @@ class GlobalManagerCore:
         queue.cycles_run = self.queue.cycles_run
         self.table, self.queue = table, queue
         self.down = {str(n) for n in snap.get("down", [])} & set(self.nodes)
+        self._grid_version += 1
 
 
 def _with_job_id(spec: JobSpec, job_id: str) -> JobSpec:

@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Protocol
 
 from global_manager.core import GlobalManagerCore, QueueMode
 from global_manager.engine import start_run
+from global_manager.flow_placement import PendingReason
 from runtime.config import RuntimeConfig
 from runtime.journal import Journal, Sync, journal_files
 from runtime.metrics import NullGlobalMetrics, QueueGauges
@@ -866,8 +867,7 @@ class GlobalService:
     def _answer(self, info: JobInfo) -> dict[str, Any]:
         """A submission's answer; a pending job's ``reason`` is why it waits, one clause
         per constraint it fails (as ``status JOB`` shows it)."""
-        reason = self._with_reasons(info)["reason"] if info.state is JobPhase.PENDING \
-            else info.reason
+        reason = self._pending_reason(info) if info.state is JobPhase.PENDING else info.reason
         return {
             "job_id": info.job_id,
             "name": info.name,
@@ -1257,19 +1257,31 @@ class GlobalService:
             est = (self.start_estimates() if starts is None else starts).get(info.job_id)
             d["estimated_start"] = est
             d["estimated_start_time"] = self._wall_time(est)
-            try:
-                reasons = self.core.pending_reasons(info.job_id)
-            except KeyError:
-                reasons = ()
             d["pending_reasons"] = [
                 {"kind": r.kind.value, "message": r.message, "subtask": r.subtask}
-                for r in reasons
+                for r in self._reasons_of(info)
             ]
-            if reasons:
-                d["reason"] = "; ".join(r.message for r in reasons)
-                if info.history:
-                    d["reason"] += f" (requeued: {info.history[-1]})"
+            d["reason"] = self._pending_reason(info)
         return d
+
+    def _reasons_of(self, info: JobInfo) -> tuple[PendingReason, ...]:
+        """Why the pending job ``info`` waits, one reason per constraint it fails."""
+        try:
+            return self.core.pending_reasons(info.job_id)
+        except KeyError:
+            return ()
+
+    def _pending_reason(self, info: JobInfo) -> str:
+        """A pending job's ``reason``: its reasons, one clause each (its recorded reason
+        if it has none), with the last requeue's cause. Not its start estimate: a
+        submission's answers do not walk the whole queue once per job."""
+        reasons = self._reasons_of(info)
+        if not reasons:
+            return info.reason
+        reason = "; ".join(r.message for r in reasons)
+        if info.history:
+            reason += f" (requeued: {info.history[-1]})"
+        return reason
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         """Job ``job_id``'s record, from the job table or the archive (None: unknown)."""
