@@ -37,6 +37,7 @@ from global_manager.placer import (
     Placement,
     PlacementPolicy,
     QueuedJob,
+    RunningSubtask,
     SplitShape,
     expected_rates,
     explain,
@@ -183,6 +184,11 @@ class GlobalManagerCore:
         #: Why a job could never be placed, by its shape (:meth:`_never_placeable`): the
         #: nodes and their budget ceilings do not change.
         self._never: dict[tuple[object, ...], tuple[PendingReason, ...]] = {}
+        #: The running strict subtasks (:meth:`JobTable.running_strict`) at
+        #: ``_running_at`` (a ``_grid_version``): a placement cycle over a large table
+        #: does not walk every job again when none started or ended.
+        self._running: tuple[RunningSubtask, ...] = ()
+        self._running_at = -1
 
     # ------------------------------------------------------- the parts' state
     @property
@@ -289,9 +295,17 @@ class GlobalManagerCore:
         return CycleRequest(
             now, jobs, self._grid(), self.config.qos_share, queue=queue,
             held=dict(self.user_held),
-            running=self.table.running_strict() if queue else (),
+            running=self._running_strict() if queue else (),
             hold=self.queue.hold,
         )
+
+    def _running_strict(self) -> tuple[RunningSubtask, ...]:
+        """The running strict subtasks with their expected ends, walked again only when
+        a job started or a subtask was released since the last walk."""
+        if self._running_at != self._grid_version:
+            self._running = self.table.running_strict()
+            self._running_at = self._grid_version
+        return self._running
 
     # --------------------------------------------------------------- submission
     def new_job_id(self) -> str:
@@ -417,6 +431,14 @@ class GlobalManagerCore:
             spec.qos is QosClass.STRICT, spec.priority, arrival, split,
         )
 
+    def _queued_record(self, rec: PendingRecord) -> QueuedJob:
+        """A pending job as placement sees it (:meth:`_queued`), made once per record:
+        its spec and arrival do not change while it waits."""
+        job = rec.placement_view
+        if job is None:
+            job = rec.placement_view = self._queued(rec.job_id, rec.spec, rec.arrival)
+        return job
+
     def _start(self, job_id: str, spec: JobSpec, now: float, p: Placement) -> Admission:
         strict = spec.qos is QosClass.STRICT
         subtasks = []
@@ -501,7 +523,7 @@ class GlobalManagerCore:
         self.queue.last_cycle = now
         self.queue.cycles_run += 1
         order = self.queue.ordered()
-        jobs = tuple(self._queued(r.job_id, r.spec, r.arrival) for r in order)
+        jobs = tuple(self._queued_record(r) for r in order)
         reply = self.placement.place(self._request(now, jobs, queue=True), self.rng)
         placed: list[Admission] = []
         for job_id, p in reply.placed.items():
@@ -521,8 +543,7 @@ class GlobalManagerCore:
 
     def pending_reasons_of(self, rec: PendingRecord) -> tuple[PendingReason, ...]:
         if rec.reasons is None:
-            job = self._queued(rec.job_id, rec.spec, rec.arrival)
-            why = self._explain(job)
+            why = self._explain(self._queued_record(rec))
             rec.reasons = why or (
                 PendingReason(
                     ReasonKind.GANG,
