@@ -39,6 +39,7 @@ resumption; the phase log is appended to.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -59,6 +60,13 @@ CHECKPOINT_VERSION = 1
 
 #: Missed control periods run one by one when the loop is late; beyond that it jumps.
 MAX_CATCH_UP = 100
+
+#: Real seconds between two exports of the tracked jobs' metrics (:class:`Metrics`): Ray's
+#: metrics agents export every 10 s (``metrics_report_interval_ms``), so setting every
+#: job's gauges every control period (0.3 s by default) only repeated values, and at
+#: thousands of gangs it cost a tenth of each period (docs/decisions.md, "bench_scale at
+#: full scale").
+METRICS_EVERY_S = 5.0
 
 
 class ReportSource(Protocol):
@@ -219,6 +227,8 @@ class ControllerService:
             "commands_dropped": 0,
         }
         self._dropped_seen: dict[str, int] = {}
+        #: Model time of the last metrics export (:data:`METRICS_EVERY_S`).
+        self._metrics_at = -math.inf
         self.incarnations = Incarnations()
         self.checkpoint = checkpoint
         self.checkpoint_extra = dict(checkpoint_extra or {})
@@ -443,6 +453,10 @@ class ControllerService:
             self._join_pending(t)
             self.counters["periods"] += 1
             self._flush()
+            export = t - self._metrics_at >= METRICS_EVERY_S * self.config.time_scale
+            if not export:
+                return cmds
+            self._metrics_at = t
             views = [v for v in (self.core.view(j) for j in list(self.core.jobs)) if v]
             counters = dict(self.counters)
         dropped = self._dropped_by_reason(dict(self.reports.counters()), counters)

@@ -128,3 +128,41 @@ def test_incarnation_rule_against_a_model(sequence: list[int]) -> None:
             retired = [r for r in retired if r != i]
             current = i
         assert inc.current("n") == current
+
+
+class RecordingMetrics:
+    """Records each export: the period's model time and the jobs it carried."""
+
+    def __init__(self) -> None:
+        self.exports: list[tuple[float | None, list[str]]] = []
+
+    def period(self, views: Any, received: int, dropped: Any, now: float | None = None) -> None:
+        self.exports.append((now, [v.job_id for v in views]))
+
+
+@given(st.floats(min_value=0.05, max_value=50.0), st.integers(min_value=1, max_value=400))
+def test_metrics_are_exported_on_the_first_period_then_once_per_export_interval(
+    scale: float, periods: int
+) -> None:
+    from runtime.controller_service import METRICS_EVERY_S
+
+    config = RuntimeConfig(time_scale=scale)
+    clock = ModelClock(ManualClock(0.0), TimeBase(0.0, scale))
+    metrics = RecordingMetrics()
+    svc = ControllerService(config, clock, {"n1": 500.0, "n2": 500.0}, Source(), Sink(), None,
+                            metrics)
+    svc.register_job(JobRegistration("j", QosClass.STRICT, 0.0,
+                                     [(0, "n1", 50.0), (1, "n2", 50.0)], 100.0, 50.0))
+    times = [k * config.control_period for k in range(periods)]
+    for t in times:
+        svc.control(t)
+    every = METRICS_EVERY_S * scale
+    exported = [t for t, _ in metrics.exports]
+    assert exported[0] == 0.0
+    assert all(b - a >= every for a, b in zip(exported, exported[1:]))
+    # None is skipped past its interval: after each export, the next period at or past
+    # the interval exports.
+    for a, b in zip(exported, exported[1:] + [None]):
+        due = [t for t in times if t >= a + every]
+        assert (due[0] if due else None) == b
+    assert all(jobs == ["j"] for t, jobs in metrics.exports if t and t > 0)
