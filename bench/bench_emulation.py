@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -143,9 +144,17 @@ def bench(nodes: int, per_process: int | None, idle_s: float, jobs: int) -> dict
     args = ["up", "--nodes", str(nodes)]
     if per_process is not None:
         args += ["--nodes-per-process", str(per_process)]
+    load = os.getloadavg()[0]
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     proc = coalloc(home, *args)
     up_s = time.monotonic() - t0
+    after_up = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds `up` cost: the CLI's own, and what the runtime's processes (the Ray
+    # head's and the actors') had used when it returned: a figure the other work on a
+    # shared machine changes much less than the wall time.
+    up_cpu = (after_up.ru_utime + after_up.ru_stime - children.ru_utime - children.ru_stime
+              + sum(cpu_s(runtime_processes(home)).values()))
     if proc.returncode != 0:
         coalloc(home, "down")
         raise SystemExit(f"coalloc up failed: {proc.stderr.strip()}")
@@ -163,6 +172,8 @@ def bench(nodes: int, per_process: int | None, idle_s: float, jobs: int) -> dict
             "nodes": nodes,
             "per_process": per_process,
             "up_s": up_s,
+            "up_cpu_s": up_cpu,
+            "load": load,
             "processes": len(procs),
             "idle_cores": used / (t_after - t_before),
             "rss_gb": rss,
@@ -186,13 +197,14 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=20.0, help="idle window, real s")
     ap.add_argument("--jobs", type=int, default=20, help="strict jobs of 4 subtasks (0: none)")
     args = ap.parse_args()
-    print("| nodes | per process | up (s) | processes | idle CPU (cores) | RSS (GB) | USS (GB) "
-          "| mean Φ (s) | max Φ (s) | A_t violations | estimated periods | late cycles "
-          "| stalls | late starts | late placements |")
-    print("| --- " * 15 + "|")
+    print("| nodes | per process | load before | up (s) | up CPU (s) | processes "
+          "| idle CPU (cores) | RSS (GB) | USS (GB) | mean Φ (s) | max Φ (s) | A_t violations "
+          "| estimated periods | late cycles | stalls | late starts | late placements |")
+    print("| --- " * 17 + "|")
     for n in (int(x) for x in args.nodes.split(",")):
         r = bench(n, args.nodes_per_process, args.idle, args.jobs)
-        print(f"| {n} | {r['per_process'] or 'default'} | {r['up_s']:.1f} | {r['processes']} "
+        print(f"| {n} | {r['per_process'] or 'default'} | {r['load']:.1f} | {r['up_s']:.1f} "
+              f"| {r['up_cpu_s']:.1f} | {r['processes']} "
               f"| {r['idle_cores']:.2f} | {r['rss_gb']:.2f} | {r['uss_gb']:.2f} "
               f"| {r.get('mean_phi', float('nan')):.1f} | {r.get('max_phi', float('nan')):.0f} "
               f"| {r.get('violations', '-')} | {r.get('estimated_periods', '-')} "

@@ -24,8 +24,11 @@ from runtime.config import NAMESPACE, local_manager_name
 
 #: Prefix of a node host's Ray actor name (``coalloc-lmh-0``, ...).
 HOST_PREFIX = "coalloc-lmh-"
-#: ``--nodes-per-process`` default: at most this many host processes.
-DEFAULT_HOST_PROCESSES = 8
+#: ``--nodes-per-process`` default: at most this many nodes to a host process. Each
+#: process costs about 0.8 CPU s to start (a Ray worker importing the runtime) and a
+#: share of Ray's own threads idle; 32 nodes to a process kept every job in step at 256
+#: emulated nodes on two cores (docs/decisions.md, "64 nodes up in 15 s").
+MAX_NODES_PER_PROCESS = 32
 #: Up to this many emulated nodes, each has its own process (the default).
 OWN_PROCESS_UP_TO = 8
 
@@ -37,11 +40,13 @@ def host_name(index: int) -> str:
 
 def default_nodes_per_process(emulated: int) -> int:
     """``--nodes-per-process`` when not given: 1 for up to :data:`OWN_PROCESS_UP_TO`
-    emulated nodes, else as many as keeps the hosts at :data:`DEFAULT_HOST_PROCESSES`
-    processes."""
+    emulated nodes, else the fewest host processes of at most
+    :data:`MAX_NODES_PER_PROCESS` nodes each, as many to each as that count needs (64
+    nodes: 2 processes of 32; 100: 4 of 25)."""
     if emulated <= OWN_PROCESS_UP_TO:
         return 1
-    return -(-emulated // DEFAULT_HOST_PROCESSES)
+    processes = -(-emulated // MAX_NODES_PER_PROCESS)
+    return -(-emulated // processes)
 
 
 class NodeHostActor:

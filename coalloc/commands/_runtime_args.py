@@ -63,7 +63,7 @@ def add_runtime_args(parser: argparse.ArgumentParser, nodes_default: str | None)
         "--nodes-per-process", type=_positive_int, default=None, metavar="K",
         help="emulated nodes hosted by one local-manager process (each keeps its own "
         "scheduler, sockets, keys and checkpoint; a crash of the process restarts all K); "
-        "default: 1 up to 8 nodes, else as many as make 8 processes",
+        "default: 1 up to 8 nodes, else the fewest processes of at most 32 nodes",
     )
     parser.add_argument(
         "--policy", default="sq", help="scheduling policy: sq (pace control), sq_paper (the "

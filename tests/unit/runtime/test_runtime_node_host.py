@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from runtime.deploy import _host_groups
 from runtime.node_host import (
-    DEFAULT_HOST_PROCESSES,
+    MAX_NODES_PER_PROCESS,
     HostedNode,
     default_nodes_per_process,
     host_name,
@@ -27,7 +27,8 @@ def placements(emulated: int, real: int = 0) -> list[NodePlacement]:
 
 def test_small_grids_keep_a_process_per_node() -> None:
     assert default_nodes_per_process(1) == 1 and default_nodes_per_process(8) == 1
-    assert default_nodes_per_process(64) == 8 and default_nodes_per_process(256) == 32
+    assert default_nodes_per_process(64) == 32 and default_nodes_per_process(256) == 32
+    assert default_nodes_per_process(9) == 9 and default_nodes_per_process(100) == 25
     assert all(len(g) == 1 for g in _host_groups(placements(8), 1))
 
 
@@ -46,9 +47,14 @@ def test_groups_cover_every_node_once_and_share_only_emulated_ray_nodes(
 
 
 @given(st.integers(9, 2000))
-def test_the_default_makes_at_most_the_default_host_processes(emulated: int) -> None:
+def test_the_default_makes_the_fewest_processes_of_at_most_the_largest_host(
+    emulated: int
+) -> None:
     per = default_nodes_per_process(emulated)
-    assert len(_host_groups(placements(emulated), per)) <= DEFAULT_HOST_PROCESSES
+    groups = _host_groups(placements(emulated), per)
+    assert per <= MAX_NODES_PER_PROCESS
+    assert len(groups) == -(-emulated // MAX_NODES_PER_PROCESS)
+    assert max(map(len, groups)) <= MAX_NODES_PER_PROCESS
 
 
 class FakeMethod:
