@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -473,11 +473,12 @@ class GlobalManagerCore:
         return Admission(job_id, True, "", tuple(subtasks), placed_at=now)
 
     def _guaranteed_pace(
-        self, spec: JobSpec, rates: list[float], nodes: tuple[str, ...]
+        self, spec: JobSpec, rates: list[float], nodes: tuple[str, ...], booked: bool = False
     ) -> float:
         """The pace a strict gang placed on ``nodes`` starts at
         (:func:`coallocator.controller.guaranteed_pace`), from the nodes' QoS shares and
-        the strict rates they carry with the gang."""
+        the strict rates they carry with the gang (``booked``: the gang is in the table
+        already, its rates counted in what its nodes carry)."""
         members = []
         for i, name in enumerate(nodes):
             node = self.nodes[name]
@@ -486,10 +487,35 @@ class GlobalManagerCore:
             members.append((
                 rates[i],
                 self.config.qos_share * node.cpu_rate,
-                self.committed[name] + rates[i],
+                self.committed[name] if booked else self.committed[name] + rates[i],
                 min(cores, node.cores) * node.speed_mhz,
             ))
         return guaranteed_pace(members)
+
+    def _settle_pace(self, adm: Admission) -> Admission:
+        """``adm``, a gang placed in this placement cycle, with the start caps of the
+        pace its nodes are sure to give once every gang of the cycle is on them: the
+        gangs a cycle places all start on its boundary, so a gang placed early in the
+        cycle, priced on nodes the later ones then also booked, would start faster
+        than its members sharing a node can go, and its gang would drift apart in its
+        first period (docs/decisions.md, "In step from the first period at 64 nodes").
+        Bookings only grow within a cycle, so this only lowers a pace; a gang whose
+        nodes nobody else booked keeps its caps to the bit."""
+        job = self.jobs[adm.job_id]
+        spec, subs = job.spec, job.subtasks
+        if spec.qos is not QosClass.STRICT or not subs:
+            return adm
+        rates = [s.expected_rate for s in subs]
+        pace = self._guaranteed_pace(spec, rates, tuple(s.node for s in subs), booked=True)
+        caps = [
+            initial_rate_cap(self.policy.controller_config, self.policy.controller, True,
+                             len(subs), x, pace)
+            for x in rates
+        ]
+        if all(c == s.rate_cap for c, s in zip(caps, subs)):
+            return adm
+        job.subtasks = tuple(replace(s, rate_cap=c) for s, c in zip(subs, caps))
+        return replace(adm, subtasks=job.subtasks)
 
     # ------------------------------------------------------------ pending queue
     def _reserve_after(self) -> float | None:
@@ -529,6 +555,7 @@ class GlobalManagerCore:
         for job_id, p in reply.placed.items():
             rec = self.pending.pop(job_id)
             placed.append(self._start(job_id, rec.spec, now, p))
+        placed = [self._settle_pace(adm) for adm in placed]
         for rec in order:
             if rec.job_id in self.pending:
                 rec.reasons = reply.reasons.get(rec.job_id)

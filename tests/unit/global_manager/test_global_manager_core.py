@@ -7,6 +7,8 @@ import math
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coallocator.controller import ControlMode
 from global_manager.core import GlobalConfig, GlobalManagerCore
@@ -348,3 +350,55 @@ def test_the_snapshot_is_its_state_and_its_jobs_and_forget_drops_only_jobs_that_
     assert g.committed == held  # what is over held nothing
     with pytest.raises(ValueError, match="running, not over"):
         g.forget(running)
+
+
+@given(
+    speeds=st.lists(st.integers(100, 600), min_size=2, max_size=8),
+    gangs=st.lists(st.lists(st.sampled_from([0.5, 1.0, 2.0]), min_size=2, max_size=4),
+                   min_size=1, max_size=12),
+)
+@settings(max_examples=60, deadline=None)
+def test_gangs_of_one_placement_cycle_start_at_a_pace_every_node_can_give_them_all(
+    speeds: list[int], gangs: list[list[float]]
+) -> None:
+    """The gangs one cycle places start on one boundary: each one's start caps are a
+    pace its members are sure to get with every gang of the cycle booked on their nodes
+    (the QoS share split by strict rates), not the pace its nodes had before the later
+    gangs of the cycle came (a gang placed first on idle nodes drifted apart from its
+    siblings sharing a node in its first period)."""
+    nodes = [Node(f"n{i}", float(s)) for i, s in enumerate(speeds)]
+    g = GlobalManagerCore(nodes, get_policy("sq"), GlobalConfig(25.0, 0.5, queue="wait"),
+                          random.Random(0))
+    for k, weights in enumerate(gangs):
+        g.submit(strict(*weights, name=f"g{k}", work=100.0), now=0.0)
+    placed = g.place_pending(0.0).placed
+    speed = {n.name: n for n in nodes}
+    for adm in placed:
+        subs = adm.subtasks
+        assert subs == g.jobs[adm.job_id].subtasks  # what is dispatched is what is kept
+        paces = {s.rate_cap / s.expected_rate for s in subs}
+        assert max(paces) - min(paces) <= 1e-9 * max(paces)  # one pace for the gang
+        for s in subs:
+            node = speed[s.node]
+            share = 0.5 * node.cpu_rate * s.expected_rate / g.committed[s.node]
+            full = min(1.0, node.cores) * node.speed_mhz
+            assert s.rate_cap <= max(s.expected_rate, min(share, full)) * (1 + 1e-9)
+
+
+def test_a_gang_alone_on_its_nodes_keeps_its_pace_when_others_share_other_nodes() -> None:
+    nodes = (Node("a", 600.0), Node("b", 600.0), Node("c", 300.0), Node("d", 300.0))
+    g = GlobalManagerCore(nodes, get_policy("sq"), GlobalConfig(25.0, 0.5, queue="wait"),
+                          random.Random(0))
+    g.submit(strict(1.0, 1.0, name="x", work=100.0), now=0.0)
+    alone = g.place_pending(0.0).placed[0]
+    h = GlobalManagerCore(nodes, get_policy("sq"), GlobalConfig(25.0, 0.5, queue="wait"),
+                          random.Random(0))
+    for name in ("x", "y", "z"):
+        h.submit(strict(1.0, 1.0, name=name, work=100.0), now=0.0)
+    batch = {a.job_id: a for a in h.place_pending(0.0).placed}
+    first = batch[alone.job_id]
+    shared = {s.node for a in batch.values() if a.job_id != first.job_id for s in a.subtasks}
+    if not shared & {s.node for s in first.subtasks}:
+        assert first.subtasks == alone.subtasks
+    else:  # it shares a node: its pace can only have gone down
+        assert all(f.rate_cap <= a.rate_cap for f, a in zip(first.subtasks, alone.subtasks))
