@@ -315,13 +315,13 @@ def start_embedded_head(num_cpus: int | None = None) -> EmbeddedHead:
     # Ports Ray would otherwise take at fixed defaults are chosen free here: with another
     # Ray instance on the machine (another user's, a test's) its dashboard agent retried
     # its HTTP port 52365 six times (3.5 s, holding the raylet's registration and so
-    # this start) and its client server could not bind 10001.
+    # this start) and its client server could not bind 10001. No log monitor: nothing
+    # reads worker logs through a driver (log_to_driver=False), and it was one more
+    # process importing Ray while the head starts.
     argv = [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
         f"--port={port}", f"--temp-dir={temp_dir}", "--node-ip-address=127.0.0.1",
         "--include-dashboard=false",
-        # Nothing reads Ray's worker logs through a driver (log_to_driver=False): its log
-        # monitor was one more process importing Ray while the head starts.
         "--include-log-monitor=false",
         f"--dashboard-agent-listen-port={free_port()}",
         f"--ray-client-server-port={free_port()}",
