@@ -219,6 +219,17 @@ def test_live_wiring_makes_the_simulators_decisions(
         assert any(w != "none" for _, _, _, w, _, _ in _periods(live_log))
 
 
+def test_live_wiring_makes_the_simulators_decisions_with_a_pace_lead(tmp_path: Path) -> None:
+    # sq_lead through the real services: the same decisions as the simulator's, and not
+    # those of sq (the lead reaches the live controller).
+    test_live_wiring_makes_the_simulators_decisions(tmp_path, "sq_lead", "wait", "backfill")
+    led = _periods(tmp_path / "live.jsonl")
+    in_step = tmp_path / "in-step"
+    in_step.mkdir()
+    test_live_wiring_makes_the_simulators_decisions(in_step, "sq", "wait", "backfill")
+    assert led != _periods(in_step / "live.jsonl")
+
+
 def test_cancel_releases_budget_and_stops_reports(tmp_path: Path) -> None:
     config = RuntimeConfig(start_margin_s=0.0)
     loop = Loopback(NODES, config, tmp_path / "log.jsonl")
