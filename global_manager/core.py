@@ -167,6 +167,9 @@ class GlobalManagerCore:
         #: The QoS capacity each node last measured (Mcycles/s), for admission policies
         #: that read it (:meth:`observe_qos_capacity`).
         self.qos_capacity: dict[str, float] = {}
+        #: Job id -> (its spec, its queue arrival, what placement sees of it): a pending
+        #: job is presented to every placement cycle unchanged (``_queued``).
+        self._queued_memo: dict[str, tuple[JobSpec, float, QueuedJob]] = {}
 
     # ------------------------------------------------------- the parts' state
     @property
@@ -362,7 +365,19 @@ class GlobalManagerCore:
                                               self.config.rate_per_weight)
 
     def _queued(self, job_id: str, spec: JobSpec, arrival: float) -> QueuedJob:
-        """``spec`` as placement sees it."""
+        """``spec`` as placement sees it (built once per job, spec and arrival)."""
+        memo = self._queued_memo.get(job_id)
+        if memo is not None and memo[0] is spec and memo[1] == arrival:
+            return memo[2]
+        if len(self._queued_memo) > 64 + 2 * len(self.pending):
+            # Forget the jobs that left the queue (amortised over the cycles).
+            self._queued_memo = {j: m for j, m in self._queued_memo.items()
+                                 if j in self.pending}
+        job = self._build_queued(job_id, spec, arrival)
+        self._queued_memo[job_id] = (spec, arrival, job)
+        return job
+
+    def _build_queued(self, job_id: str, spec: JobSpec, arrival: float) -> QueuedJob:
         works, weights, rates = self._shape(spec)
         split = None
         if not spec.subtasks:
