@@ -119,11 +119,13 @@ class QueuedJob:
     priority: int = 0
     arrival: float = 0.0
     split: SplitShape | None = None
+    #: Expected run time at the expected rates, ``max_i w_i / x_i`` (s; computed).
+    run_time: float = field(init=False, repr=False, compare=False)
 
-    @property
-    def run_time(self) -> float:
-        """Expected run time at the expected rates, ``max_i w_i / x_i`` (s)."""
-        return max((w / x for w, x in zip(self.works, self.rates) if x > 0), default=math.inf)
+    def __post_init__(self) -> None:
+        # Asked by every placement cycle for every pending job: computed once.
+        object.__setattr__(self, "run_time", max(
+            (w / x for w, x in zip(self.works, self.rates) if x > 0), default=math.inf))
 
     def pending_job(self) -> PendingJob:
         subs = tuple(PendingSubtask(r, lab) for r, lab in zip(self.rates, self.labels))
