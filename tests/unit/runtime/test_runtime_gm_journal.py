@@ -55,11 +55,11 @@ class World:
         if not running:
             return
         info = self.gm.jobs[running[pick % len(running)]]
-        open_ = [s for s in info.subtasks if s["index"] not in info.outcomes]
+        open_ = info.open_subtasks()
         if open_:
             s = open_[0]
             self.gm.subtask_ended(SubtaskOutcome(
-                info.run_id or info.job_id, s["index"], s["node"], state,
+                info.run_id, s.index, s.node, state,
                 self.clock.now(), 3 if state is SubtaskPhase.FAILED else None, ""))
 
     def tick(self, cycles: int) -> None:
