@@ -51,12 +51,16 @@ from runtime.start_margin import StartMargin, dispatch_calls
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase, initial_pace_of
 from workloads.model import EndPolicy, JobPhase, JobSpec, Node, QosClass, Subtask
-from workloads.spec import DEFAULT_USER, job_to_dict, parse_job
+from workloads.records import from_record, to_record
+from workloads.spec import DEFAULT_USER, parse_job
 
 log = logging.getLogger("coalloc.runtime")
 
-#: Version of the journal's records (its ``meta`` table's ``version``).
-JOURNAL_VERSION = 3
+#: Version of the journal's records (its ``meta`` table's ``version``): 4, records of
+#: :mod:`workloads.records`; 3, specs as job-file mappings (read, and rewritten as 4).
+JOURNAL_VERSION = 4
+#: Versions whose specs are job-file mappings (:meth:`JobInfo.from_file_record`).
+FILE_SPEC_VERSIONS = (2, 3)
 #: The journal's tables (:class:`runtime.journal.Journal`), each keyed by id: ``meta``
 #: (the core's :data:`CORE_STATE_KEYS`, ``version``, ``lost``, ``counters``), ``jobs``
 #: (the job table), ``core_jobs``, ``pending`` and ``closed`` (the core's placed, pending
@@ -286,69 +290,24 @@ class JobInfo:
         }
 
     def to_record(self) -> dict[str, Any]:
-        """Every field as JSON-able data, for the journal (:meth:`from_record` inverts);
-        the spec as a job-file mapping (:func:`workloads.spec.job_to_dict`)."""
-        return {
-            "job_id": self.job_id,
-            "name": self.name,
-            "qos": self.qos.value,
-            "state": self.state.value,
-            "reason": self.reason,
-            "submitted_at": self.submitted_at,
-            "start_at": self.start_at,
-            "subtasks": [
-                {"index": s.index, "node": s.node, "work": s.work,
-                 "relative_weight": s.relative_weight, "expected_rate": s.expected_rate,
-                 "executor": s.executor.value}
-                for s in self.subtasks
-            ],
-            "finished_at": self.finished_at,
-            "outcomes": {
-                str(i): {"state": o.state.value, "finish_time": o.finish_time,
-                         "exit_code": o.exit_code, "reason": o.reason}
-                for i, o in self.outcomes.items()
-            },
-            "overall_deviation": self.overall_deviation,
-            "asynchrony": self.asynchrony,
-            "user": self.user,
-            "priority": self.priority,
-            "spec": job_to_dict(self.spec),
-            "dispatches": self.dispatches,
-            "attempt": self.attempt,
-            "history": list(self.history),
-            "queued_at": self.queued_at,
-            "work_left": self.work_left,
-        }
+        """Every field as JSON-able data, for the journal (:mod:`workloads.records`;
+        :meth:`from_record` inverts)."""
+        record: dict[str, Any] = to_record(self)
+        return record
 
     @staticmethod
     def from_record(d: Mapping[str, Any]) -> JobInfo:
+        return from_record(JobInfo, d)
+
+    @staticmethod
+    def from_file_record(d: Mapping[str, Any]) -> JobInfo:
+        """A job as journal versions 2 and 3 wrote it: every field, its spec as a
+        job-file mapping (:func:`workloads.spec.job_to_dict`, work in seconds), and
+        name, QoS class, user, priority and windows (the spec's) beside it."""
         job_id = str(d["job_id"])
         spec = parse_job(d["spec"], "journal", allow_local=True, default_user=DEFAULT_USER)
-        return JobInfo(
-            job_id=job_id,
-            spec=replace(spec, job_id=job_id),
-            state=JobPhase(d["state"]),
-            reason=str(d["reason"]),
-            submitted_at=float(d["submitted_at"]),
-            start_at=None if d.get("start_at") is None else float(d["start_at"]),
-            subtasks=tuple(
-                PlacedSubtask(int(s["index"]), str(s["node"]), float(s["work"]),
-                              float(s["relative_weight"]), float(s["expected_rate"]),
-                              Executor(s["executor"]))
-                for s in d.get("subtasks", [])
-            ),
-            finished_at=None if d.get("finished_at") is None else float(d["finished_at"]),
-            outcomes={
-                int(i): SubtaskEnd(SubtaskPhase(o["state"]), float(o["finish_time"]),
-                                   o.get("exit_code"), str(o.get("reason") or ""))
-                for i, o in d.get("outcomes", {}).items()
-            },
-            dispatches=int(d.get("dispatches", 0)),
-            attempt=int(d.get("attempt", 1)),
-            history=[str(h) for h in d.get("history", [])],
-            queued_at=None if d.get("queued_at") is None else float(d["queued_at"]),
-            work_left=float(d.get("work_left", 1.0)),
-        )
+        fields = {k: d[k] for k in JobInfo.__dataclass_fields__ if k in d}
+        return from_record(JobInfo, dict(fields, spec=to_record(replace(spec, job_id=job_id))))
 
 
 class GlobalService:
@@ -519,7 +478,9 @@ class GlobalService:
         ``<name>.corrupt-<ms>`` (with its WAL files) and the service starts empty, saying
         so in ``journal_error`` (shown by status), rather than failing every restart. A
         whole-file JSON journal of the version before (a manager restarted on newer code)
-        is read, kept as ``<name>.v2-<ms>``, and its table written into a new journal."""
+        is read, kept as ``<name>.v2-<ms>``, and its table written into a new journal; a
+        sqlite journal of version 3 (specs as job-file mappings) is read and rewritten in
+        this version's records in one transaction."""
         journal: Journal | None = None
         imported = False
         try:
@@ -530,7 +491,8 @@ class GlobalService:
                               JOURNAL_AUTOCHECKPOINT_PAGES)
             data = journal.load()
             if data["meta"]:
-                self._recover(data)
+                # An older version's records are rewritten in this one's, in one write.
+                imported = self._recover(data)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             if journal is not None:
                 journal.close()
@@ -562,8 +524,8 @@ class GlobalService:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("version") != 2:
             raise ValueError(f"version: unknown journal version {data.get('version')!r}")
-        self.core.restore(data["core"])
-        self.jobs = {d["job_id"]: JobInfo.from_record(d) for d in data["jobs"]}
+        self.core.restore(data["core"], file_specs=True)
+        self.jobs = {d["job_id"]: JobInfo.from_file_record(d) for d in data["jobs"]}
         self.tokens = {str(k): list(v) for k, v in data.get("tokens", {}).items()}
         self.lost = {str(k): str(v) for k, v in data.get("lost", {}).items()}
         self.counters.update({str(k): int(v) for k, v in data.get("counters", {}).items()})
@@ -575,17 +537,22 @@ class GlobalService:
         log.warning("global manager recovered %d jobs from %s (a version 2 journal, kept "
                     "beside it)", len(self.jobs), path)
 
-    def _recover(self, data: Mapping[str, Mapping[str, Any]]) -> None:
-        """Rebuild the core and the job table from the journal's tables."""
+    def _recover(self, data: Mapping[str, Mapping[str, Any]]) -> bool:
+        """Rebuild the core and the job table from the journal's tables. True if they
+        are of the version before (:data:`FILE_SPEC_VERSIONS`): the caller rewrites
+        them."""
         meta = data["meta"]
-        if meta.get("version") != JOURNAL_VERSION:
-            raise ValueError(f"version: unknown journal version {meta.get('version')!r}")
+        version = meta.get("version")
+        if version != JOURNAL_VERSION and version not in FILE_SPEC_VERSIONS:
+            raise ValueError(f"version: unknown journal version {version!r}")
+        old = version in FILE_SPEC_VERSIONS
+        read_job = JobInfo.from_file_record if old else JobInfo.from_record
         snap = {k: meta[k] for k in CORE_STATE_KEYS}
         snap["closed"] = dict(data["closed"])
         snap["jobs"] = list(data["core_jobs"].values())
         snap["pending"] = sorted(data["pending"].values(), key=lambda r: int(r["seq"]))
-        self.core.restore(snap)
-        self.jobs = {str(k): JobInfo.from_record(d) for k, d in data["jobs"].items()}
+        self.core.restore(snap, file_specs=old)
+        self.jobs = {str(k): read_job(d) for k, d in data["jobs"].items()}
         self.tokens = {str(k): list(v) for k, v in data["tokens"].items()}
         self.lost = {str(k): str(v) for k, v in meta.get("lost", {}).items()}
         self.counters.update({str(k): int(v) for k, v in meta.get("counters", {}).items()})
@@ -601,6 +568,10 @@ class GlobalService:
             sum(1 for j in self.jobs.values() if j.state is JobPhase.PENDING),
             self.journal,
         )
+        if old:
+            log.warning("%s: a version %s journal, rewritten as version %d", self.journal,
+                        version, JOURNAL_VERSION)
+        return old
 
     def checkpoint_journal(self) -> int:
         """Fold the journal's log into its file (the actor's monitor loop calls this

@@ -74,7 +74,8 @@ from runtime.config import ExecutorKind, RuntimeConfig
 from runtime.timebase import ModelClock, boundary_index
 from workloads.atomic import atomic_write_json
 from workloads.messages import SubtaskOutcome, SubtaskPhase
-from workloads.model import Node, Subtask, subtask_from_dict, subtask_to_dict
+from workloads.model import Node, Subtask
+from workloads.records import from_record, to_record
 
 #: Version of the local manager checkpoint's layout.
 CHECKPOINT_VERSION = 1
@@ -282,7 +283,7 @@ class NodeRuntime:
             for h in data.get("history", []):
                 self._history[(str(h["job_id"]), int(h["index"]))] = dict(h)
             for d in data["subtasks"]:
-                s = subtask_from_dict(d["subtask"])
+                s = from_record(Subtask, d["subtask"])
                 kind = ExecutorKind(d["kind"])
                 rec = _Record(s, kind, float(d["start"]))
                 self._records[s.key] = rec
@@ -729,7 +730,7 @@ class NodeRuntime:
 def _subtask_dict(placed: Subtask, live: Subtask) -> dict[str, Any]:
     """A subtask as JSON-able data: placement from ``placed``, the changing fields (work
     done, weights, rate cap) from the scheduler's ``live`` copy."""
-    d = subtask_to_dict(placed)
+    d: dict[str, Any] = to_record(placed)
     for f in ("done_work", "weight", "virtual_weight", "rate_cap"):
         d[f] = getattr(live, f)
     return d
