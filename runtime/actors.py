@@ -17,6 +17,7 @@ that status calls are answered while the loops run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ from runtime.journal import journal_files
 from runtime.node_host import node_handle
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
-from workloads.messages import JobRegistration, SubtaskOutcome
+from workloads.messages import JobRegistration, NodeReport, SubtaskOutcome, SubtaskPhase
 from workloads.model import JobSpec, Node, Subtask
 
 if TYPE_CHECKING:
@@ -350,6 +351,16 @@ class LocalManagerActor:
     def cancel(self, job_id: str) -> bool:
         return self.runtime.cancel_job(job_id)
 
+    def report(self, asked: list[tuple[str, int]]) -> NodeReport:
+        """The global manager's once-a-second question (cheap; :meth:`NodeRuntime.report`):
+        ``asked``: the (run id, index) it still has running here. Also refreshes this
+        node's metrics."""
+        rep = self.runtime.report(asked)
+        alive = rep.loop_running and self._thread.is_alive()
+        self.metrics.update(dict(self.runtime.counters),
+                            sum(1 for s in rep.subtasks if s.state is SubtaskPhase.RUNNING))
+        return rep if alive == rep.loop_running else dataclasses.replace(rep, loop_running=alive)
+
     def status(self) -> dict[str, Any]:
         snap = self.runtime.snapshot()
         snap["ray_node_id"] = _node_id()
@@ -455,7 +466,6 @@ class GlobalManagerActor:
             Path(journal) if journal else None,
             self.metrics,
         )
-        self.reconciled = 0
         self._stop = threading.Event()
         self._monitor = threading.Thread(
             target=self._monitor_loop, name="coalloc-gm-monitor", daemon=True
@@ -512,23 +522,20 @@ class GlobalManagerActor:
         last_error: dict[str, str] = {}
         while not self._stop.wait(wait):
             wait = MONITOR_S
-            names = list(self.local_managers)
-            refs = {self.local_managers[n].status.remote(): n for n in names}
+            asked = self.service.running_subtasks()
+            refs = {self.local_managers[n].report.remote(asked.get(n, [])): n
+                    for n in self.local_managers}
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=STATUS_TIMEOUT_S)
             for ref in ready:
                 node = refs[ref]
                 try:
-                    st = ray.get(ref, timeout=0)
+                    report = ray.get(ref, timeout=0)
                 except Exception as exc:  # noqa: BLE001 - that node did not answer
                     last_error[node] = type(exc).__name__
                     continue
                 last_error.pop(node, None)
-                self.service.node_answered(node, bool(st.get("loop_alive", st.get("running"))))
-                self.service.observe_qos_capacity(node, st.get("qos_capacity"))
                 try:
-                    seen = st.get("subtasks", [])
-                    self.reconciled += self.service.reconcile(node, seen)
-                    for run_id in self.service.runs_to_stop(node, seen):
+                    for run_id in self.service.apply_report(report):
                         self.local_managers[node].cancel.remote(run_id)
                 except Exception:  # noqa: BLE001 - asked again next time
                     log.exception("reconcile with %s", node)
@@ -551,7 +558,7 @@ class GlobalManagerActor:
             "pid": os.getpid(),
             "nodes": len(self.placements),
             "recovered": self.service.recovered,
-            "reconciled": self.reconciled,
+            "reconciled": self.service.reconciled,
             "api": self.api.url if self.api is not None else None,
             "api_error": self.api_error,
         }
@@ -658,7 +665,7 @@ class GlobalManagerActor:
             "api_error": self.api_error,
             "pid": os.getpid(),
             "recovered": self.service.recovered,
-            "reconciled": self.reconciled,
+            "reconciled": self.service.reconciled,
             "journal": self.info.get("gm_journal"),
         }
         return st

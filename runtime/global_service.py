@@ -34,7 +34,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -49,7 +49,14 @@ from runtime.journal import Journal, Sync, journal_files
 from runtime.metrics import NullGlobalMetrics, QueueGauges
 from runtime.start_margin import StartMargin, dispatch_calls
 from runtime.timebase import ModelClock, boundary_at_or_after
-from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase, initial_pace_of
+from workloads.messages import (
+    JobRegistration,
+    NodeReport,
+    SubtaskOutcome,
+    SubtaskPhase,
+    SubtaskReport,
+    initial_pace_of,
+)
 from workloads.model import EndPolicy, JobPhase, JobSpec, Node, QosClass, Subtask
 from workloads.records import from_record, to_record
 from workloads.spec import DEFAULT_USER, parse_job
@@ -358,6 +365,8 @@ class GlobalService:
             "zombies_cancelled": 0, "nodes_lost": 0,
         }
         self.journal = journal
+        #: Subtask outcomes reconciliation applied (their notifications were lost).
+        self.reconciled = 0
         self.recovered = False
         self.journal_error: str | None = None
         self._lock = threading.RLock()
@@ -730,44 +739,47 @@ class GlobalService:
                     out[run_id] = (ends, why)
         return out
 
-    def reconcile(self, node: str, seen: list[dict[str, Any]]) -> int:
-        """Apply what node ``node``'s local manager says about its subtasks (its status
-        ``subtasks`` list): work done is kept (a requeue starts from it); an ended
+    def apply_report(self, report: NodeReport) -> list[str]:
+        """What the monitor does with a node's answer (:class:`NodeReport`): the node is
+        alive if its loop runs, its measured QoS capacity is observed, its subtasks are
+        reconciled (:meth:`reconcile`). Returns the runs to stop there
+        (:meth:`runs_to_stop`): the caller cancels them on the node."""
+        self.node_answered(report.node, report.loop_running)
+        self.observe_qos_capacity(report.node, report.qos_capacity)
+        self.reconciled += self.reconcile(report.node, report.subtasks)
+        return self.runs_to_stop(report.node, report.subtasks)
+
+    def reconcile(self, node: str, seen: Sequence[SubtaskReport]) -> int:
+        """Apply what node ``node``'s local manager says about its subtasks (its
+        :class:`NodeReport`'s): work done is kept (a requeue starts from it); an ended
         subtask the job table still has running is taken as its lost ``subtask_ended``
         notification; a running job's subtask the node does not know, well after its
         start, ends that run. Returns how many outcomes were applied."""
-        ended = {"finished", "failed"}
         applied = 0
         todo = self._open_on(node)
-        known = {(str(d.get("job_id")), int(d.get("index", -1))) for d in seen}
-        if self._missing(node, todo - known):
+        if self._missing(node, todo - {r.key for r in seen}):
             todo = self._open_on(node)
-        for d in seen:
-            key = (str(d.get("job_id")), int(d.get("index", -1)))
-            if d.get("done_work") is not None:
-                self.progress[key] = float(d["done_work"])
-            if key in todo and d.get("state") in ended:
-                self.subtask_ended(
-                    SubtaskOutcome(
-                        key[0], key[1], node, SubtaskPhase(d["state"]),
-                        float(d.get("finish_time") or self.clock.now()),
-                        d.get("exit_code"), str(d.get("reason") or ""),
-                    )
-                )
+        for r in seen:
+            if r.done_work is not None:
+                self.progress[r.key] = r.done_work
+            if r.key in todo and r.ended:
+                self.subtask_ended(SubtaskOutcome(
+                    r.run_id, r.index, node, r.state,
+                    r.finish_time if r.finish_time is not None else self.clock.now(),
+                    r.exit_code, r.reason,
+                ))
                 applied += 1
         return applied
 
-    def runs_to_stop(self, node: str, seen: list[dict[str, Any]]) -> list[str]:
-        """Run ids still running on ``node`` (its status ``subtasks``) that are not a
-        current run there: a run stopped while the node could not be reached (lost,
-        stale, a failed dispatch). The caller cancels them there."""
+    def runs_to_stop(self, node: str, seen: Sequence[SubtaskReport]) -> list[str]:
+        """Run ids still on ``node`` (its report's subtasks) that are not a current run
+        there: a run stopped while the node could not be reached (lost, stale, a failed
+        dispatch). The caller cancels them there."""
         with self._lock:
             todo = self._open_on(node)
             zombies = sorted({
-                str(d.get("job_id")) for d in seen
-                if d.get("state") in ("running", "pending")
-                and (key := (str(d.get("job_id")), int(d.get("index", -1)))) not in todo
-                and not self._ended_in_current_run(*key)
+                r.run_id for r in seen
+                if r.live and r.key not in todo and not self._ended_in_current_run(*r.key)
             })
             self.counters["zombies_cancelled"] += len(zombies)
             return zombies

@@ -90,7 +90,7 @@ class Grid:
             for name, node in self.loop.nodes.items():
                 if name not in self.silent:
                     self.gm.node_answered(name, True)
-                    seen = node.snapshot()["subtasks"]
+                    seen = node.report(self.gm.running_subtasks(name).get(name, [])).subtasks
                     self.gm.reconcile(name, seen)
                     for run in self.gm.runs_to_stop(name, seen):
                         node.cancel_job(run)
