@@ -48,8 +48,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coalloc.runtime")
 
-#: Real seconds a status call waits for the other actors before marking them unreachable.
+#: Real seconds the monitor waits for the local managers' reports (all at once) before
+#: counting a node as silent this round.
 STATUS_TIMEOUT_S = 5.0
+#: Real seconds ``status`` waits, overall, for the views of every local manager and the
+#: controller (asked at once); those that have not answered by then are shown as not
+#: answering, so one stopped node does not hold ``coalloc status``.
+STATUS_DEADLINE_S = 1.0
 #: Real seconds the global manager waits for a controller or local-manager call.
 CALL_TIMEOUT_S = 30.0
 #: Real seconds between two reconciliations of the global manager's job table with the
@@ -645,19 +650,15 @@ class GlobalManagerActor:
         import ray
 
         desc = self.service.describe(job_id, archived=all_jobs)
-        names = list(self.local_managers)
-        refs = [self.local_managers[n].status.remote() for n in names]
+        refs = {n: h.status.remote() for n, h in self.local_managers.items()}
         ctl_ref = self.controller.status.remote()
-        lm_status: dict[str, Any] = {}
-        for name, ref in zip(names, refs):
-            try:
-                lm_status[name] = ray.get(ref, timeout=STATUS_TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001 - shown as unreachable
-                lm_status[name] = {"error": f"unreachable: {type(exc).__name__}"}
-        try:
-            ctl = ray.get(ctl_ref, timeout=STATUS_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001
-            ctl = {"error": f"unreachable: {type(exc).__name__}", "jobs": {}, "counters": {}}
+        ready, _ = ray.wait([*refs.values(), ctl_ref], num_returns=len(refs) + 1,
+                            timeout=STATUS_DEADLINE_S)
+        answered = set(ready)
+        lm_status = {name: _view(ref, answered) for name, ref in refs.items()}
+        ctl = _view(ctl_ref, answered)
+        if "error" in ctl:
+            ctl.update(jobs={}, counters={})
         st = assemble_status(desc, lm_status, ctl, self.placements, self.config, self.info,
                              job_id)
         st["global_manager"] = {
@@ -683,6 +684,21 @@ class GlobalManagerActor:
                 path.unlink(missing_ok=True)
         self.real.close()
         return True
+
+
+def _view(ref: Any, answered: set[Any]) -> dict[str, Any]:
+    """An actor's status view from ``ref``; if it is not among ``answered`` (not back
+    within :data:`STATUS_DEADLINE_S`) or failed, ``{"error": ..., "answering": False}``."""
+    import ray
+
+    if ref not in answered:
+        return {"error": f"not answering (no answer within {STATUS_DEADLINE_S:g} s)",
+                "answering": False}
+    try:
+        view: dict[str, Any] = ray.get(ref, timeout=0)
+    except Exception as exc:  # noqa: BLE001 - shown as unreachable
+        return {"error": f"unreachable: {type(exc).__name__}", "answering": False}
+    return view
 
 
 def assemble_status(
@@ -713,6 +729,7 @@ def assemble_status(
                 ready=bool(st.get("running")) and not st.get("error")
                 and n.get("health", "up") == "up",
                 error=st.get("error"),
+                answering=st.get("answering", True),
                 model_time=st.get("model_time"),
                 incarnation=st.get("incarnation"),
                 running_subtasks=sum(
