@@ -5,9 +5,10 @@ A record is a dataclass of the model (frozen where it is a value: :class:`JobSpe
 :class:`~runtime.global_service.PlacedSubtask`, ...); :func:`to_record` turns it into
 JSON-able data (enums as their values, tuples and frozensets as lists, nested records as
 mappings, numbers in the record's own units, e.g. Mcycles: no unit conversion, so a
-float comes back bit for bit) and :func:`from_record` reads it back, checking every field
-against the record's type hints. Both are pydantic's :class:`pydantic.TypeAdapter` over
-the record's class, built once per class. A record that does not fit raises
+float comes back bit for bit; a field at its default is left out) and
+:func:`from_record` reads it back, checking every field against the record's type hints.
+Both are pydantic's :class:`pydantic.TypeAdapter` over the record's class, built once
+per class. A record that does not fit raises
 :class:`pydantic.ValidationError` (a ``ValueError``) naming the field.
 """
 
@@ -32,7 +33,7 @@ def _adapter(kind: type[Any]) -> TypeAdapter[Any]:
 
 def to_record(value: object) -> Any:
     """``value``, a record, as JSON-able data (see the module docstring)."""
-    return _adapter(type(value)).dump_python(value, mode="json")
+    return _adapter(type(value)).dump_python(value, mode="json", exclude_defaults=True)
 
 
 def from_record(kind: type[T], data: object) -> T:

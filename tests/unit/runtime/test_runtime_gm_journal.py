@@ -15,6 +15,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from clocks.base import ManualClock
 from runtime.config import RuntimeConfig, runtime_core
@@ -85,7 +86,8 @@ class World:
 def file_record(info: JobInfo) -> dict[str, Any]:
     """Job ``info`` as journal versions 2 and 3 wrote it: its spec a job-file mapping, the
     spec's name, QoS class, user, priority and windows beside it."""
-    return dict(info.to_record(), spec=job_to_dict(info.spec), name=info.name,
+    every = TypeAdapter(JobInfo).dump_python(info, mode="json")  # defaults too
+    return dict(every, spec=job_to_dict(info.spec), name=info.name,
                 qos=info.qos.value, user=info.user, priority=info.priority,
                 overall_deviation=info.overall_deviation, asynchrony=info.asynchrony)
 
