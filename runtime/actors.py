@@ -516,8 +516,9 @@ class GlobalManagerActor:
 
     def _monitor_loop(self) -> None:
         """Every :data:`MONITOR_S` (at once after a recovery): ask every local manager
-        for its status at once, and wait at most :data:`STATUS_TIMEOUT_S` for the lot.
-        An answer marks the node alive and is reconciled with the job table (ended
+        for its :class:`~workloads.messages.NodeReport` at once (naming the subtasks the
+        job table has running there), and wait at most :data:`STATUS_TIMEOUT_S` for the
+        lot. An answer marks the node alive and is reconciled with the job table (ended
         subtasks whose notifications were lost, work done, runs to stop there); then
         silent nodes become stale, and lost after ``node_timeout`` cycles; last, the
         journal's log is folded into its file."""
