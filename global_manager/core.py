@@ -60,9 +60,8 @@ from workloads.model import (
     Node,
     QosClass,
     Subtask,
-    subtask_from_dict,
-    subtask_to_dict,
 )
+from workloads.records import from_record, to_record
 
 __all__ = [
     "RESERVE_AFTER",
@@ -602,8 +601,8 @@ class GlobalManagerCore:
         """The core's mutable state as JSON-able data (job ids, RNG state, committed and
         load rates in Mcycles/s, what each user holds, nodes down, the pending queue and
         per job its spec, subtasks and running set), for a restarted global manager to
-        :meth:`restore`. Specs are written as job-file mappings
-        (:func:`workloads.spec.job_to_dict`). The same as :meth:`snapshot_state` with
+        :meth:`restore`. Specs and subtasks are records (:mod:`workloads.records`, work
+        in Mcycles). The same as :meth:`snapshot_state` with
         ``closed`` and every :meth:`snapshot_job` and :meth:`snapshot_pending`."""
         return {
             **self.snapshot_state(),
@@ -630,28 +629,25 @@ class GlobalManagerCore:
 
     def snapshot_job(self, job_id: str) -> dict[str, Any] | None:
         """Placed job ``job_id`` as :meth:`snapshot` writes it (None: not placed)."""
-        from workloads.spec import job_to_dict
-
         j = self.jobs.get(job_id)
         if j is None:
             return None
         return {
             "job_id": j.job_id,
-            "spec": job_to_dict(j.spec),
+            "spec": to_record(_with_job_id(j.spec, j.job_id)),  # as restore gives it
             "arrival": j.arrival,
             "running": sorted(j.running),
             "cancelled": j.cancelled,
-            "subtasks": [subtask_to_dict(s) for s in j.subtasks],
+            "subtasks": [to_record(s) for s in j.subtasks],
         }
 
     def snapshot_pending(self, job_id: str) -> dict[str, Any] | None:
         """Pending job ``job_id`` as :meth:`snapshot` writes it (None: not pending)."""
-        from workloads.spec import job_to_dict
-
         r = self.pending.get(job_id)
         if r is None:
             return None
-        return {"job_id": r.job_id, "spec": job_to_dict(r.spec), "arrival": r.arrival,
+        return {"job_id": r.job_id, "spec": to_record(_with_job_id(r.spec, r.job_id)),
+                "arrival": r.arrival,
                 "seq": r.seq}
 
     def forget(self, job_id: str) -> None:
@@ -665,13 +661,19 @@ class GlobalManagerCore:
         self.jobs.pop(job_id, None)
         self.closed.pop(job_id, None)
 
-    def restore(self, snap: Mapping[str, Any]) -> None:
+    def restore(self, snap: Mapping[str, Any], file_specs: bool = False) -> None:
         """Replace the mutable state with a :meth:`snapshot` of a core over the same
-        nodes and policy (ValueError naming the field if it does not fit)."""
+        nodes and policy (ValueError naming the field if it does not fit).
+        ``file_specs``: the snapshot's specs are job-file mappings
+        (:func:`workloads.spec.job_to_dict`, work in seconds), as snapshots were written
+        before they were records (journal versions 2 and 3)."""
         from workloads.spec import DEFAULT_USER, parse_job
 
         def spec_of(d: Mapping[str, Any], job_id: str) -> JobSpec:
-            spec = parse_job(d, "journal", allow_local=True, default_user=DEFAULT_USER)
+            if file_specs:
+                spec = parse_job(d, "journal", allow_local=True, default_user=DEFAULT_USER)
+            else:
+                spec = from_record(JobSpec, d)
             return _with_job_id(spec, job_id)
 
         unknown = set(snap["committed"]) ^ set(self.nodes)
@@ -691,7 +693,7 @@ class GlobalManagerCore:
                 spec_of(j["spec"], job_id),
                 job_id,
                 float(j["arrival"]),
-                tuple(subtask_from_dict(s) for s in j["subtasks"]),
+                tuple(from_record(Subtask, s) for s in j["subtasks"]),
                 {int(i) for i in j["running"]},
                 bool(j["cancelled"]),
             )

@@ -119,7 +119,7 @@ class Loopback:
         """What the global manager's monitor does once a second: each node's status,
         here its measured QoS capacity (what admission by measured capacity reads)."""
         for name, node in self.nodes.items():
-            self.gm.observe_qos_capacity(name, node.snapshot()["qos_capacity"])
+            self.gm.observe_qos_capacity(name, node.report().qos_capacity)
 
     def _ended(self, outcome: Any) -> None:
         self.gm.subtask_ended(outcome)
