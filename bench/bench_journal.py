@@ -103,7 +103,7 @@ def old_rewrite(svc: GlobalService, path: Path) -> None:
 
 def finish(svc: GlobalService, job_id: str, index: int, at: float) -> None:
     info = svc.jobs[job_id]
-    node = next(s["node"] for s in info.subtasks if s["index"] == index)
+    node = next(s.node for s in info.subtasks if s.index == index)
     svc.subtask_ended(SubtaskOutcome(info.run_id, index, node, SubtaskPhase.FINISHED, at,
                                      None, ""))
 
@@ -122,7 +122,7 @@ def fill(svc: GlobalService, manual: ManualClock, jobs: int) -> None:
             for job_id, info in list(svc.jobs.items()):
                 if info.state.value == "running":
                     for s in info.subtasks:
-                        finish(svc, job_id, s["index"], manual.now())
+                        finish(svc, job_id, s.index, manual.now())
             manual.set(manual.now() + 10.0)
             svc.place_pending()
 
@@ -167,7 +167,7 @@ def changes_timed(
                             and len(i.outcomes) < len(i.subtasks)), None)
             if running is not None:
                 info = svc.jobs[running]
-                index = next(s["index"] for s in info.subtasks if s["index"] not in info.outcomes)
+                index = next(s.index for s in info.open_subtasks())
                 finish(svc, running, index, manual.now())
         else:
             live = [j for j, i in svc.jobs.items() if not i.state.final]

@@ -126,8 +126,18 @@ class ControllerConfig:
     pace_deadband: float = 0.01
     #: Pace control: speed up a job behind its overall window from the overbooking slack.
     straggler_boost: bool = True
+    #: Pace control: how far (a fraction of the job's asynchrony window ``A_t``, 0..1)
+    #: a member may run ahead of where its gang's laggard will be next period. 0 keeps
+    #: the gang in step (the product's default); larger leads let members on fast nodes
+    #: finish sooner and free their node, at the price of a phase difference up to about
+    #: ``pace_lead * A_t`` (``docs/decisions.md``, "The price of being in step").
+    pace_lead: float = 0.0
 
     def __post_init__(self) -> None:
+        if not math.isfinite(self.pace_lead) or not 0 <= self.pace_lead <= 1:
+            raise ValueError(
+                f"pace_lead: must be within [0, 1] (a fraction of A_t), got {self.pace_lead!r}"
+            )
         if not math.isfinite(self.pace_deadband) or not 0 <= self.pace_deadband < 1:
             raise ValueError(
                 f"pace_deadband: must be within [0, 1), got {self.pace_deadband!r}"
@@ -505,14 +515,20 @@ def _pace_job(
     behind = mean_v - real_time < -job.overall_deviation
     window = Window.NONE
     changes: list[WeightChange] = []
+    # A member may run this far (s of virtual time) beyond the gang's next point.
+    lead = (
+        cfg.pace_lead * job.asynchrony
+        if cfg.pace_lead and math.isfinite(job.asynchrony) else 0.0
+    )
     for s, c in zip(subs, capability):
         x = s.admitted_weight
         need = max(0.0, (t_next - s.virtual_time) / period)
+        allowed = max(0.0, (t_next + lead - s.virtual_time) / period) if lead else need
         floor = cfg.weight_floor
         bounding = need >= c * _SATURATED
         if pace is not None:
             # The gang's pace is what the nodes can give it (gang_paces): held to it.
-            cap = max(need, floor) * x
+            cap = max(allowed, floor) * x
         elif bounding and s.capability is None:
             cap = 0.0  # it needs all it can get, and only running uncapped tells how much
         elif bounding:
@@ -520,7 +536,7 @@ def _pace_job(
             # has more next period cannot pull it ahead (its report then says so).
             cap = max(c, floor) * x
         else:
-            cap = max(need, floor) * x
+            cap = max(allowed, floor) * x
         weight, from_slack = s.weight, 0.0
         if (cap == 0.0 or (pace is not None and bounding)) and behind and cfg.straggler_boost:
             # A bounding subtask of a job behind its window: more weight from the slack.

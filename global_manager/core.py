@@ -61,9 +61,8 @@ from workloads.model import (
     Node,
     QosClass,
     Subtask,
-    subtask_from_dict,
-    subtask_to_dict,
 )
+from workloads.records import from_record, to_record
 
 __all__ = [
     "RESERVE_AFTER",
@@ -173,6 +172,9 @@ class GlobalManagerCore:
         #: The QoS capacity each node last measured (Mcycles/s), for admission policies
         #: that read it (:meth:`observe_qos_capacity`).
         self.qos_capacity: dict[str, float] = {}
+        #: Job id -> (its spec, its queue arrival, what placement sees of it): a pending
+        #: job is presented to every placement cycle unchanged (``_queued``).
+        self._queued_memo: dict[str, tuple[JobSpec, float, QueuedJob]] = {}
         #: Bumped whenever what placement sees of the grid changes (a placement, a
         #: release, a node down or up, a measured capacity, a restore): the reasons
         #: memoised below are good while it stays the same.
@@ -415,7 +417,19 @@ class GlobalManagerCore:
                                               self.config.rate_per_weight)
 
     def _queued(self, job_id: str, spec: JobSpec, arrival: float) -> QueuedJob:
-        """``spec`` as placement sees it."""
+        """``spec`` as placement sees it (built once per job, spec and arrival)."""
+        memo = self._queued_memo.get(job_id)
+        if memo is not None and memo[0] is spec and memo[1] == arrival:
+            return memo[2]
+        if len(self._queued_memo) > 64 + 2 * len(self.pending):
+            # Forget the jobs that left the queue (amortised over the cycles).
+            self._queued_memo = {j: m for j, m in self._queued_memo.items()
+                                 if j in self.pending}
+        job = self._build_queued(job_id, spec, arrival)
+        self._queued_memo[job_id] = (spec, arrival, job)
+        return job
+
+    def _build_queued(self, job_id: str, spec: JobSpec, arrival: float) -> QueuedJob:
         works, weights, rates = self._shape(spec)
         split = None
         if not spec.subtasks:
@@ -430,14 +444,6 @@ class GlobalManagerCore:
             tuple(spec.labels_of(i) for i in range(spec.n_subtasks)),
             spec.qos is QosClass.STRICT, spec.priority, arrival, split,
         )
-
-    def _queued_record(self, rec: PendingRecord) -> QueuedJob:
-        """A pending job as placement sees it (:meth:`_queued`), made once per record:
-        its spec and arrival do not change while it waits."""
-        job = rec.placement_view
-        if job is None:
-            job = rec.placement_view = self._queued(rec.job_id, rec.spec, rec.arrival)
-        return job
 
     def _start(self, job_id: str, spec: JobSpec, now: float, p: Placement) -> Admission:
         strict = spec.qos is QosClass.STRICT
@@ -549,7 +555,7 @@ class GlobalManagerCore:
         self.queue.last_cycle = now
         self.queue.cycles_run += 1
         order = self.queue.ordered()
-        jobs = tuple(self._queued_record(r) for r in order)
+        jobs = tuple(self._queued(r.job_id, r.spec, r.arrival) for r in order)
         reply = self.placement.place(self._request(now, jobs, queue=True), self.rng)
         placed: list[Admission] = []
         for job_id, p in reply.placed.items():
@@ -570,7 +576,7 @@ class GlobalManagerCore:
 
     def pending_reasons_of(self, rec: PendingRecord) -> tuple[PendingReason, ...]:
         if rec.reasons is None:
-            why = self._explain(self._queued_record(rec))
+            why = self._explain(self._queued(rec.job_id, rec.spec, rec.arrival))
             rec.reasons = why or (
                 PendingReason(
                     ReasonKind.GANG,
@@ -693,8 +699,8 @@ class GlobalManagerCore:
         """The core's mutable state as JSON-able data (job ids, RNG state, committed and
         load rates in Mcycles/s, what each user holds, nodes down, the pending queue and
         per job its spec, subtasks and running set), for a restarted global manager to
-        :meth:`restore`. Specs are written as job-file mappings
-        (:func:`workloads.spec.job_to_dict`). The same as :meth:`snapshot_state` with
+        :meth:`restore`. Specs and subtasks are records (:mod:`workloads.records`, work
+        in Mcycles). The same as :meth:`snapshot_state` with
         ``closed`` and every :meth:`snapshot_job` and :meth:`snapshot_pending`."""
         return {
             **self.snapshot_state(),
@@ -721,28 +727,25 @@ class GlobalManagerCore:
 
     def snapshot_job(self, job_id: str) -> dict[str, Any] | None:
         """Placed job ``job_id`` as :meth:`snapshot` writes it (None: not placed)."""
-        from workloads.spec import job_to_dict
-
         j = self.jobs.get(job_id)
         if j is None:
             return None
         return {
             "job_id": j.job_id,
-            "spec": job_to_dict(j.spec),
+            "spec": to_record(_with_job_id(j.spec, j.job_id)),  # as restore gives it
             "arrival": j.arrival,
             "running": sorted(j.running),
             "cancelled": j.cancelled,
-            "subtasks": [subtask_to_dict(s) for s in j.subtasks],
+            "subtasks": [to_record(s) for s in j.subtasks],
         }
 
     def snapshot_pending(self, job_id: str) -> dict[str, Any] | None:
         """Pending job ``job_id`` as :meth:`snapshot` writes it (None: not pending)."""
-        from workloads.spec import job_to_dict
-
         r = self.pending.get(job_id)
         if r is None:
             return None
-        return {"job_id": r.job_id, "spec": job_to_dict(r.spec), "arrival": r.arrival,
+        return {"job_id": r.job_id, "spec": to_record(_with_job_id(r.spec, r.job_id)),
+                "arrival": r.arrival,
                 "seq": r.seq}
 
     def forget(self, job_id: str) -> None:
@@ -756,13 +759,19 @@ class GlobalManagerCore:
         self.jobs.pop(job_id, None)
         self.closed.pop(job_id, None)
 
-    def restore(self, snap: Mapping[str, Any]) -> None:
+    def restore(self, snap: Mapping[str, Any], file_specs: bool = False) -> None:
         """Replace the mutable state with a :meth:`snapshot` of a core over the same
-        nodes and policy (ValueError naming the field if it does not fit)."""
+        nodes and policy (ValueError naming the field if it does not fit).
+        ``file_specs``: the snapshot's specs are job-file mappings
+        (:func:`workloads.spec.job_to_dict`, work in seconds), as snapshots were written
+        before they were records (journal versions 2 and 3)."""
         from workloads.spec import DEFAULT_USER, parse_job
 
         def spec_of(d: Mapping[str, Any], job_id: str) -> JobSpec:
-            spec = parse_job(d, "journal", allow_local=True, default_user=DEFAULT_USER)
+            if file_specs:
+                spec = parse_job(d, "journal", allow_local=True, default_user=DEFAULT_USER)
+            else:
+                spec = from_record(JobSpec, d)
             return _with_job_id(spec, job_id)
 
         unknown = set(snap["committed"]) ^ set(self.nodes)
@@ -782,7 +791,7 @@ class GlobalManagerCore:
                 spec_of(j["spec"], job_id),
                 job_id,
                 float(j["arrival"]),
-                tuple(subtask_from_dict(s) for s in j["subtasks"]),
+                tuple(from_record(Subtask, s) for s in j["subtasks"]),
                 {int(i) for i in j["running"]},
                 bool(j["cancelled"]),
             )

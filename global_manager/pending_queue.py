@@ -8,23 +8,20 @@ import math
 from dataclasses import dataclass
 
 from global_manager.flow_placement import PendingReason
-from global_manager.placer import NodeHold, QueuedJob
+from global_manager.placer import NodeHold
 from workloads.model import JobSpec
 
 
 @dataclass(slots=True)
 class PendingRecord:
     """A strict job in the pending queue; ``arrival``: when it was submitted (s);
-    ``reasons``: from the last cycle (``None``: worked out when asked);
-    ``placement_view``: the job as placement sees it, made on its first cycle and kept
-    (its spec and arrival do not change while it waits; the core makes it)."""
+    ``reasons``: from the last cycle (``None``: worked out when asked)."""
 
     spec: JobSpec
     job_id: str
     arrival: float
     seq: int
     reasons: tuple[PendingReason, ...] | None = None
-    placement_view: QueuedJob | None = None
 
 
 class PendingQueue:

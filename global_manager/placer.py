@@ -119,11 +119,13 @@ class QueuedJob:
     priority: int = 0
     arrival: float = 0.0
     split: SplitShape | None = None
+    #: Expected run time at the expected rates, ``max_i w_i / x_i`` (s; computed).
+    run_time: float = field(init=False, repr=False, compare=False)
 
-    @property
-    def run_time(self) -> float:
-        """Expected run time at the expected rates, ``max_i w_i / x_i`` (s)."""
-        return max((w / x for w, x in zip(self.works, self.rates) if x > 0), default=math.inf)
+    def __post_init__(self) -> None:
+        # Asked by every placement cycle for every pending job: computed once.
+        object.__setattr__(self, "run_time", max(
+            (w / x for w, x in zip(self.works, self.rates) if x > 0), default=math.inf))
 
     def pending_job(self) -> PendingJob:
         subs = tuple(PendingSubtask(r, lab) for r, lab in zip(self.rates, self.labels))
@@ -285,16 +287,21 @@ class PlacementReply:
         return self.nodes is not None
 
 
-def place(request: PlacementRequest, policy: PlacementPolicy, rng: random.Random) -> PlacementReply:
+def place(
+    request: PlacementRequest, policy: PlacementPolicy, rng: random.Random,
+    ranked: Sequence[NodeLoad] | None = None,
+) -> PlacementReply:
     """All-or-nothing placement of one unlabelled job on distinct nodes: :func:`first_fit`
-    on ``policy``'s ranking. Pure apart from the draws ``policy`` makes from ``rng``."""
+    on ``policy``'s ranking (``ranked``: that ranking of ``request.nodes``, already made).
+    Pure apart from the draws ``policy`` makes from ``rng``."""
     n = len(request.rates)
     if n == 0:
         return PlacementReply(None, "job has no subtasks")
     if n > len(request.nodes):
         return PlacementReply(None, f"{n} subtasks but only {len(request.nodes)} nodes")
-    got = first_fit(request.rates, (), policy.rank(request.nodes, request.checked, rng),
-                    request.checked)
+    if ranked is None:
+        ranked = policy.rank(request.nodes, request.checked, rng)
+    got = first_fit(request.rates, (), ranked, request.checked)
     if isinstance(got, int):
         return PlacementReply(
             None, f"no free node can take subtask {got} "
@@ -315,13 +322,31 @@ class _Grid:
         self.held = dict(req.held)
         self.running = list(req.running)
         self.placed: dict[str, Placement] = {}
+        #: The up nodes' loads and their rankings by a pure ranker (by ``checked``), as
+        #: they stand: built once and dropped at every commit.
+        self._loads: tuple[NodeLoad, ...] | None = None
+        self._ranked: dict[bool, list[NodeLoad]] = {}
 
     def loads(self) -> tuple[NodeLoad, ...]:
-        return tuple(
-            NodeLoad(n.name, n.speed, self.committed[n.name], n.budget, self.load[n.name],
-                     n.labels)
-            for n in self.req.nodes if n.up
-        )
+        if self._loads is None:
+            self._loads = tuple(
+                NodeLoad(n.name, n.speed, self.committed[n.name], n.budget,
+                         self.load[n.name], n.labels)
+                for n in self.req.nodes if n.up
+            )
+        return self._loads
+
+    def ranked(
+        self, policy: GreedyPlacement, checked: bool, rng: random.Random
+    ) -> list[NodeLoad]:
+        """``policy``'s ranking of :meth:`loads` (kept while nothing is committed when
+        the ranking draws nothing from ``rng``)."""
+        if not policy.pure_rank:
+            return policy.rank(self.loads(), checked, rng)
+        got = self._ranked.get(checked)
+        if got is None:
+            got = self._ranked[checked] = policy.rank(self.loads(), checked, rng)
+        return got
 
     def budgets_finite(self) -> bool:
         return all(math.isfinite(n.budget) for n in self.req.nodes)
@@ -336,6 +361,8 @@ class _Grid:
                     self.running.append(RunningSubtask(node, rate, self.req.now + work / rate))
             self.load[node] += rate
         self.placed[job.job_id] = p
+        self._loads = None
+        self._ranked.clear()
 
     def states(self, held: tuple[str, ...] = ()) -> tuple[NodeState, ...]:
         """The up nodes for the flow solver; ``held`` ones have no room for anybody."""
@@ -355,6 +382,9 @@ class GreedyPlacement:
 
     name: str = ""
     reserves: bool = False
+    #: Whether :meth:`rank` is a function of the loads alone (no draw from the RNG), so
+    #: one ranking serves every job until the grid changes.
+    pure_rank: bool = False
 
     def rank(
         self, nodes: tuple[NodeLoad, ...], checked: bool, rng: random.Random
@@ -381,13 +411,15 @@ class GreedyPlacement:
             return self._split(job.split, loads, checked, rng)
         rates = job.rates
         if any(job.labels):
-            ranked = self.rank(loads, checked, rng)
+            ranked = grid.ranked(self, checked, rng)
             got = first_fit(rates, job.labels, ranked, checked)
             if isinstance(got, int):
                 return (f"no free node with labels {', '.join(sorted(job.labels[got])) or '(none)'}"
                         f" can take subtask {got} (expected rate {rates[got]:.6g} Mcycles/s)")
         else:
-            reply = place(PlacementRequest(rates, checked, loads), self, rng)
+            reply = place(PlacementRequest(rates, checked, loads), self, rng,
+                          grid.ranked(self, checked, rng) if len(rates) <= len(loads)
+                          and rates else None)
             if reply.nodes is None:
                 return reply.reason
             got = reply.nodes
@@ -419,6 +451,7 @@ class LeastLoaded(GreedyPlacement):
     ties by node name so the order is deterministic."""
 
     name: str = "least_loaded"
+    pure_rank: bool = True
 
     def rank(
         self, nodes: tuple[NodeLoad, ...], checked: bool, rng: random.Random

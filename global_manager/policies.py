@@ -43,6 +43,7 @@ class PolicyName(str, Enum):
     SQ_NO_OVERBOOKING = "sq_no_overbooking"
     SQ_WORK_CONSERVING = "sq_work_conserving"
     SQ_LET_AHEAD = "sq_let_ahead"
+    SQ_LEAD = "sq_lead"
 
 
 #: Admission policies that take an overbooking ratio.
@@ -97,6 +98,22 @@ def _sq(**kw: object) -> Policy:
     kw.setdefault("virtual_mode", VirtualSubtaskMode.PACED)
     kw.setdefault("admission", "measured_capacity")
     return Policy(name="sq", controller=True, **kw)  # type: ignore[arg-type]
+
+
+#: ``sq_lead``'s lead: half of each job's asynchrony window (``docs/decisions.md``, "The
+#: price of being in step": the largest lead measured that keeps window violations under
+#: 1 %).
+SQ_LEAD_FRACTION = 0.5
+
+
+@policies.register(PolicyName.SQ_LEAD.value)
+def _sq_lead(**kw: object) -> Policy:
+    """``sq`` whose members may run ahead of their gang's laggard by up to half of the
+    job's asynchrony window: turnaround before phase difference, still inside ``A_t``."""
+    kw.setdefault(
+        "controller_config", ControllerConfig(mode=ControlMode.PACE, pace_lead=SQ_LEAD_FRACTION)
+    )
+    return _renamed(_sq(**kw), "sq_lead")
 
 
 @policies.register(PolicyName.SQ_NO_LEND.value)

@@ -38,6 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+import numpy as np
+
 from global_manager.flow_placement import FIT_SLACK, PendingSubtask, _fits, _max_matching
 
 __all__ = [
@@ -246,8 +248,51 @@ def _room_limit(free: list[float]) -> float:
     return top + FIT_SLACK * max(1.0, abs(top)) if math.isfinite(top) else top
 
 
-def estimate_starts(req: StartEstimateRequest) -> StartEstimateReply:
-    """Each pending job's estimated start; see the module docstring for the walk."""
+class _Screen:
+    """Which waiting jobs could fit at one event, for many jobs at once.
+
+    An unlabelled gang fits iff its rates, largest first, each fit the allowed nodes'
+    free budgets, largest first (:meth:`_Walk.gang`'s rule); the same comparisons are
+    made here over a matrix of every unlabelled job's sorted rates, with the same
+    floating-point operations, so a job the screen rejects is one :meth:`_Walk.gang`
+    would reject. Only the jobs it passes (and every labelled job) are tried one by one.
+    Within one event time budgets only go down as jobs are booked, and a fit on lower
+    budgets implies one on higher budgets, so a job rejected at the start of the event
+    stays rejected until its end (unless the allowed nodes grow: the held job started)."""
+
+    def __init__(self, queue: tuple[QueuedJob, ...]) -> None:
+        width = max((len(j.subtasks) for j in queue), default=0)
+        self.rates = np.full((len(queue), max(width, 1)), -np.inf)
+        self.size = np.array([len(j.subtasks) for j in queue], dtype=np.int64)
+        self.labelled = np.array([any(s.labels for s in j.subtasks) for j in queue],
+                                 dtype=bool)
+        self.run_time = np.array([j.run_time for j in queue], dtype=np.float64)
+        for p, j in enumerate(queue):
+            if not self.labelled[p] and j.subtasks:
+                self.rates[p, :len(j.subtasks)] = sorted((s.rate for s in j.subtasks),
+                                                         reverse=True)
+
+    def fits(self, free: list[float], allowed: list[bool]) -> np.ndarray:
+        """Per job: whether its gang fits the ``free`` budgets of the ``allowed`` nodes
+        (meaningful for unlabelled jobs only)."""
+        room = sorted((f for f, a in zip(free, allowed) if a), reverse=True)
+        width = self.rates.shape[1]
+        top = np.full(width, -np.inf)
+        n = min(width, len(room))
+        if n:
+            top[:n] = room[:n]
+        with np.errstate(invalid="ignore"):
+            limit = top + FIT_SLACK * np.maximum(1.0, np.abs(top))
+        limit[n:] = -np.inf  # no node there: only the padding (-inf) "fits"
+        # Padding (-inf rates) always fits; a gang wider than the allowed nodes never.
+        ok = (self.rates <= limit).all(axis=1)
+        return ok & (self.size <= len(room))  # type: ignore[no-any-return]
+
+
+def estimate_starts(req: StartEstimateRequest, *, screen: bool = True) -> StartEstimateReply:
+    """Each pending job's estimated start; see the module docstring for the walk.
+    ``screen``: test the unlabelled gangs' fits all at once (:class:`_Screen`) before
+    trying jobs one by one; the reply is the same either way (tests compare them)."""
     _validate(req)
     walk = _Walk(req)
     hold = req.hold
@@ -265,21 +310,51 @@ def estimate_starts(req: StartEstimateRequest) -> StartEstimateReply:
     unheld = [not h for h in held]
     starts: dict[str, float | None] = {}
     nodes: dict[str, tuple[str, ...]] = {}
-    waiting = list(req.queue)
-    biggest = {j.job_id: max((s.rate for s in j.subtasks), default=0.0) for j in req.queue}
+    queue = req.queue
+    biggest = [max((s.rate for s in j.subtasks), default=0.0) for j in queue]
+    alive = np.ones(len(queue), dtype=bool)
+    scr = _Screen(queue) if screen and queue else None
+    holder_at = next((p for p, j in enumerate(queue) if j.job_id == holder), -1)
     t = req.now
     valid_until = math.inf
-    while waiting:
+
+    def candidates(first: int) -> list[int]:
+        """Queue positions from ``first`` on worth trying at ``t`` (all, unscreened)."""
+        if scr is None:
+            return [p for p in range(first, len(queue)) if alive[p]]
+        backfills = (
+            holder is not None and hold is not None and hold.shadow is not None
+        )
+        fit_anywhere = scr.fits(walk.free, anywhere)
+        if holder is not None:
+            fit_unheld = scr.fits(walk.free, unheld)
+            if backfills:
+                assert hold is not None and hold.shadow is not None
+                early = t + scr.run_time <= hold.shadow + 1e-9
+                fit = np.where(early, fit_anywhere, fit_unheld)
+            else:
+                fit = fit_unheld
+        else:
+            fit = fit_anywhere
+        keep = alive & (scr.labelled | fit)
+        if holder is not None and holder_at >= 0:
+            keep[holder_at] = alive[holder_at]
+        keep[:first] = False
+        return np.flatnonzero(keep).tolist()  # type: ignore[no-any-return]
+
+    while alive.any():
         walk.release_until(t)
         top = _room_limit(walk.free)
-        still: list[QueuedJob] = []
-        for job in waiting:
-            if biggest[job.job_id] > top:  # its largest subtask fits no node
-                still.append(job)
+        todo = candidates(0)
+        i = 0
+        while i < len(todo):
+            p = todo[i]
+            i += 1
+            job = queue[p]
+            if biggest[p] > top:  # its largest subtask fits no node
                 continue
             if job.job_id == holder:
                 if t < shadow:
-                    still.append(job)
                     continue
                 allowed = only_held
             elif holder is not None and hold is not None and hold.shadow is not None \
@@ -289,16 +364,18 @@ def estimate_starts(req: StartEstimateRequest) -> StartEstimateReply:
                 allowed = unheld if holder is not None else anywhere
             got = walk.gang(job, allowed)
             if got is None:
-                still.append(job)
                 continue
             starts[job.job_id] = t
             nodes[job.job_id] = tuple(req.nodes[k].name for k in got)
+            alive[p] = False
             walk.book(job, got, t)
             top = _room_limit(walk.free)
             if job.job_id == holder:
                 holder = None
                 unheld = anywhere
-        waiting = still
+                # Every node is open to the jobs behind it now: screen them again.
+                todo = candidates(p + 1)
+                i = 0
         nxt = walk.next_event()
         if holder is not None and t < shadow and (nxt is None or shadow < nxt):
             nxt = shadow  # the held job's turn comes at its shadow time
@@ -307,8 +384,8 @@ def estimate_starts(req: StartEstimateRequest) -> StartEstimateReply:
         if valid_until == math.inf:
             valid_until = nxt
         t = nxt
-    for job in waiting:
-        starts[job.job_id] = None
+    for p in np.flatnonzero(alive).tolist():
+        starts[queue[p].job_id] = None
     return StartEstimateReply(
         starts=MappingProxyType({j.job_id: starts[j.job_id] for j in req.queue}),
         nodes=MappingProxyType(nodes),

@@ -17,6 +17,7 @@ that status calls are answered while the loops run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ from runtime.journal import journal_files
 from runtime.node_host import node_handle
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
-from workloads.messages import JobRegistration, SubtaskOutcome
+from workloads.messages import JobRegistration, NodeReport, SubtaskOutcome, SubtaskPhase
 from workloads.model import JobSpec, Node, Subtask
 
 if TYPE_CHECKING:
@@ -47,8 +48,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coalloc.runtime")
 
-#: Real seconds a status call waits for the other actors before marking them unreachable.
+#: Real seconds the monitor waits for the local managers' reports (all at once) before
+#: counting a node as silent this round.
 STATUS_TIMEOUT_S = 5.0
+#: Real seconds ``status`` waits, overall, for the views of every local manager and the
+#: controller (asked at once); those that have not answered by then are shown as not
+#: answering, so one stopped node does not hold ``coalloc status``.
+STATUS_DEADLINE_S = 1.0
 #: Real seconds the global manager waits for a controller or local-manager call.
 CALL_TIMEOUT_S = 30.0
 #: Real seconds between two reconciliations of the global manager's job table with the
@@ -350,6 +356,16 @@ class LocalManagerActor:
     def cancel(self, job_id: str) -> bool:
         return self.runtime.cancel_job(job_id)
 
+    def report(self, asked: list[tuple[str, int]]) -> NodeReport:
+        """The global manager's once-a-second question (cheap; :meth:`NodeRuntime.report`):
+        ``asked``: the (run id, index) it still has running here. Also refreshes this
+        node's metrics."""
+        rep = self.runtime.report(asked)
+        alive = rep.loop_running and self._thread.is_alive()
+        self.metrics.update(dict(self.runtime.counters),
+                            sum(1 for s in rep.subtasks if s.state is SubtaskPhase.RUNNING))
+        return rep if alive == rep.loop_running else dataclasses.replace(rep, loop_running=alive)
+
     def status(self) -> dict[str, Any]:
         snap = self.runtime.snapshot()
         snap["ray_node_id"] = _node_id()
@@ -455,7 +471,6 @@ class GlobalManagerActor:
             Path(journal) if journal else None,
             self.metrics,
         )
-        self.reconciled = 0
         self._stop = threading.Event()
         self._monitor = threading.Thread(
             target=self._monitor_loop, name="coalloc-gm-monitor", daemon=True
@@ -501,8 +516,9 @@ class GlobalManagerActor:
 
     def _monitor_loop(self) -> None:
         """Every :data:`MONITOR_S` (at once after a recovery): ask every local manager
-        for its status at once, and wait at most :data:`STATUS_TIMEOUT_S` for the lot.
-        An answer marks the node alive and is reconciled with the job table (ended
+        for its :class:`~workloads.messages.NodeReport` at once (naming the subtasks the
+        job table has running there), and wait at most :data:`STATUS_TIMEOUT_S` for the
+        lot. An answer marks the node alive and is reconciled with the job table (ended
         subtasks whose notifications were lost, work done, runs to stop there); then
         silent nodes become stale, and lost after ``node_timeout`` cycles; last, the
         journal's log is folded into its file."""
@@ -512,23 +528,20 @@ class GlobalManagerActor:
         last_error: dict[str, str] = {}
         while not self._stop.wait(wait):
             wait = MONITOR_S
-            names = list(self.local_managers)
-            refs = {self.local_managers[n].status.remote(): n for n in names}
+            asked = self.service.running_subtasks()
+            refs = {self.local_managers[n].report.remote(asked.get(n, [])): n
+                    for n in self.local_managers}
             ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=STATUS_TIMEOUT_S)
             for ref in ready:
                 node = refs[ref]
                 try:
-                    st = ray.get(ref, timeout=0)
+                    report = ray.get(ref, timeout=0)
                 except Exception as exc:  # noqa: BLE001 - that node did not answer
                     last_error[node] = type(exc).__name__
                     continue
                 last_error.pop(node, None)
-                self.service.node_answered(node, bool(st.get("loop_alive", st.get("running"))))
-                self.service.observe_qos_capacity(node, st.get("qos_capacity"))
                 try:
-                    seen = st.get("subtasks", [])
-                    self.reconciled += self.service.reconcile(node, seen)
-                    for run_id in self.service.runs_to_stop(node, seen):
+                    for run_id in self.service.apply_report(report):
                         self.local_managers[node].cancel.remote(run_id)
                 except Exception:  # noqa: BLE001 - asked again next time
                     log.exception("reconcile with %s", node)
@@ -551,7 +564,7 @@ class GlobalManagerActor:
             "pid": os.getpid(),
             "nodes": len(self.placements),
             "recovered": self.service.recovered,
-            "reconciled": self.reconciled,
+            "reconciled": self.service.reconciled,
             "api": self.api.url if self.api is not None else None,
             "api_error": self.api_error,
         }
@@ -638,19 +651,15 @@ class GlobalManagerActor:
         import ray
 
         desc = self.service.describe(job_id, archived=all_jobs)
-        names = list(self.local_managers)
-        refs = [self.local_managers[n].status.remote() for n in names]
+        refs = {n: h.status.remote() for n, h in self.local_managers.items()}
         ctl_ref = self.controller.status.remote()
-        lm_status: dict[str, Any] = {}
-        for name, ref in zip(names, refs):
-            try:
-                lm_status[name] = ray.get(ref, timeout=STATUS_TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001 - shown as unreachable
-                lm_status[name] = {"error": f"unreachable: {type(exc).__name__}"}
-        try:
-            ctl = ray.get(ctl_ref, timeout=STATUS_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001
-            ctl = {"error": f"unreachable: {type(exc).__name__}", "jobs": {}, "counters": {}}
+        ready, _ = ray.wait([*refs.values(), ctl_ref], num_returns=len(refs) + 1,
+                            timeout=STATUS_DEADLINE_S)
+        answered = set(ready)
+        lm_status = {name: _view(ref, answered) for name, ref in refs.items()}
+        ctl = _view(ctl_ref, answered)
+        if "error" in ctl:
+            ctl.update(jobs={}, counters={})
         st = assemble_status(desc, lm_status, ctl, self.placements, self.config, self.info,
                              job_id)
         st["global_manager"] = {
@@ -658,7 +667,7 @@ class GlobalManagerActor:
             "api_error": self.api_error,
             "pid": os.getpid(),
             "recovered": self.service.recovered,
-            "reconciled": self.reconciled,
+            "reconciled": self.service.reconciled,
             "journal": self.info.get("gm_journal"),
         }
         return st
@@ -676,6 +685,21 @@ class GlobalManagerActor:
                 path.unlink(missing_ok=True)
         self.real.close()
         return True
+
+
+def _view(ref: Any, answered: set[Any]) -> dict[str, Any]:
+    """An actor's status view from ``ref``; if it is not among ``answered`` (not back
+    within :data:`STATUS_DEADLINE_S`) or failed, ``{"error": ..., "answering": False}``."""
+    import ray
+
+    if ref not in answered:
+        return {"error": f"not answering (no answer within {STATUS_DEADLINE_S:g} s)",
+                "answering": False}
+    try:
+        view: dict[str, Any] = ray.get(ref, timeout=0)
+    except Exception as exc:  # noqa: BLE001 - shown as unreachable
+        return {"error": f"unreachable: {type(exc).__name__}", "answering": False}
+    return view
 
 
 def assemble_status(
@@ -706,6 +730,7 @@ def assemble_status(
                 ready=bool(st.get("running")) and not st.get("error")
                 and n.get("health", "up") == "up",
                 error=st.get("error"),
+                answering=st.get("answering", True),
                 model_time=st.get("model_time"),
                 incarnation=st.get("incarnation"),
                 running_subtasks=sum(

@@ -34,10 +34,11 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -49,14 +50,25 @@ from runtime.journal import Journal, Sync, journal_files
 from runtime.metrics import NullGlobalMetrics, QueueGauges
 from runtime.start_margin import StartMargin, dispatch_calls
 from runtime.timebase import ModelClock, boundary_at_or_after
-from workloads.messages import JobRegistration, SubtaskOutcome, SubtaskPhase, initial_pace_of
+from workloads.messages import (
+    JobRegistration,
+    NodeReport,
+    SubtaskOutcome,
+    SubtaskPhase,
+    SubtaskReport,
+    initial_pace_of,
+)
 from workloads.model import EndPolicy, JobPhase, JobSpec, Node, QosClass, Subtask
-from workloads.spec import DEFAULT_USER, job_to_dict, parse_job
+from workloads.records import from_record, to_record
+from workloads.spec import DEFAULT_USER, parse_job
 
 log = logging.getLogger("coalloc.runtime")
 
-#: Version of the journal's records (its ``meta`` table's ``version``).
-JOURNAL_VERSION = 3
+#: Version of the journal's records (its ``meta`` table's ``version``): 4, records of
+#: :mod:`workloads.records`; 3, specs as job-file mappings (read, and rewritten as 4).
+JOURNAL_VERSION = 4
+#: Versions whose specs are job-file mappings (:meth:`JobInfo.from_file_record`).
+FILE_SPEC_VERSIONS = (2, 3)
 #: The journal's tables (:class:`runtime.journal.Journal`), each keyed by id: ``meta``
 #: (the core's :data:`CORE_STATE_KEYS`, ``version``, ``lost``, ``counters``), ``jobs``
 #: (the job table), ``core_jobs``, ``pending`` and ``closed`` (the core's placed, pending
@@ -144,30 +156,65 @@ class Reservation:
     registration: JobRegistration | None
 
 
+class Executor(str, Enum):
+    """How a placed subtask runs on its node: a command's process, or synthetic work."""
+
+    PROCESS = "process"
+    SYNTHETIC = "synthetic"
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedSubtask:
+    """One subtask of a job's current run as placed: ``work`` in Mcycles (what this run
+    was given), ``relative_weight`` the job file's ``r_i``, ``expected_rate`` ``x_i`` in
+    Mcycles/s."""
+
+    index: int
+    node: str
+    work: float
+    relative_weight: float
+    expected_rate: float
+    executor: Executor
+
+    @staticmethod
+    def of(s: Subtask) -> PlacedSubtask:
+        return PlacedSubtask(
+            s.index, s.node, s.work, s.relative_weight, s.expected_rate,
+            Executor.PROCESS if s.command else Executor.SYNTHETIC,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskEnd:
+    """How a subtask of a job's current run left its node: ``finish_time`` in model s;
+    ``exit_code`` for a process subtask; ``reason``: why it failed."""
+
+    state: SubtaskPhase
+    finish_time: float
+    exit_code: int | None = None
+    reason: str = ""
+
+
 @dataclass(slots=True)
 class JobInfo:
-    """One job in the live job table. Times in model s; ``work`` in Mcycles.
+    """One job in the live job table. Times in model s.
 
-    ``spec``: the job as submitted (a job-file mapping, :func:`workloads.spec.job_to_dict`),
-    what a requeue starts from. ``dispatches``: how many times it was placed, which names
-    its current run (:attr:`run`). ``attempt``: runs started (requeues count);
-    ``history``: one line per run that ended early."""
+    ``spec``: the job as submitted, with its ``job_id`` (what a requeue starts from; its
+    name, QoS class, user, priority and windows are read from it). ``subtasks``: its
+    current run's placement (none while pending); ``outcomes``: how those that ended
+    ended, by index. ``dispatches``: how many times it was placed, which names its
+    current run (:attr:`run`). ``attempt``: runs started (requeues count); ``history``:
+    one line per run that ended early."""
 
     job_id: str
-    name: str
-    qos: str
+    spec: JobSpec
     state: JobPhase
     reason: str
     submitted_at: float
-    start_at: float | None
-    subtasks: list[dict[str, Any]] = field(default_factory=list)
+    start_at: float | None = None
+    subtasks: tuple[PlacedSubtask, ...] = ()
     finished_at: float | None = None
-    outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
-    overall_deviation: float | None = None  # model s, as in the job's spec
-    asynchrony: float | None = None  # model s, as in the job's spec
-    user: str = DEFAULT_USER
-    priority: int = 0
-    spec: dict[str, Any] = field(default_factory=dict)
+    outcomes: dict[int, SubtaskEnd] = field(default_factory=dict)
     dispatches: int = 0
     attempt: int = 1
     history: list[str] = field(default_factory=list)
@@ -175,6 +222,32 @@ class JobInfo:
     #: Fraction of the job's work its current run was given (requeues start from the
     #: gang's last common progress).
     work_left: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def qos(self) -> QosClass:
+        return self.spec.qos
+
+    @property
+    def user(self) -> str:
+        return self.spec.user
+
+    @property
+    def priority(self) -> int:
+        return self.spec.priority
+
+    @property
+    def overall_deviation(self) -> float | None:
+        """``E_t``, model s, as in the job's spec."""
+        return self.spec.overall_deviation
+
+    @property
+    def asynchrony(self) -> float | None:
+        """``A_t``, model s, as in the job's spec."""
+        return self.spec.asynchrony
 
     @property
     def run(self) -> RunId:
@@ -186,11 +259,28 @@ class JobInfo:
         """Its current run's id on the controller and the local managers."""
         return str(self.run)
 
+    def open_subtasks(self) -> list[PlacedSubtask]:
+        """Its current run's subtasks that have not ended."""
+        return [s for s in self.subtasks if s.index not in self.outcomes]
+
     def to_dict(self) -> dict[str, Any]:
+        """The job as status shows it (JSON-able)."""
+        subtasks = []
+        for s in self.subtasks:
+            d: dict[str, Any] = {
+                "index": s.index, "node": s.node, "work": s.work,
+                "relative_weight": s.relative_weight, "expected_rate": s.expected_rate,
+                "executor": s.executor.value,
+            }
+            o = self.outcomes.get(s.index)
+            if o is not None:
+                d.update(state=o.state.value, finish_time=o.finish_time,
+                         exit_code=o.exit_code, reason=o.reason)
+            subtasks.append(d)
         return {
             "job_id": self.job_id,
             "name": self.name,
-            "qos": self.qos,
+            "qos": self.qos.value,
             "user": self.user,
             "priority": self.priority,
             "state": self.state.value,
@@ -203,24 +293,29 @@ class JobInfo:
             "run_id": self.run_id,
             "attempt": self.attempt,
             "history": list(self.history),
-            "nodes": [s["node"] for s in self.subtasks],
-            "subtasks": [dict(s, **self.outcomes.get(s["index"], {})) for s in self.subtasks],
+            "nodes": [s.node for s in self.subtasks],
+            "subtasks": subtasks,
         }
 
     def to_record(self) -> dict[str, Any]:
-        """Every field as JSON-able data, for the journal (:meth:`from_record` inverts)."""
-        d = {f: getattr(self, f) for f in JobInfo.__dataclass_fields__}
-        d["state"] = self.state.value
-        d["outcomes"] = {str(i): o for i, o in self.outcomes.items()}
-        return d
+        """Every field as JSON-able data, for the journal (:mod:`workloads.records`;
+        :meth:`from_record` inverts)."""
+        record: dict[str, Any] = to_record(self)
+        return record
 
     @staticmethod
     def from_record(d: Mapping[str, Any]) -> JobInfo:
+        return from_record(JobInfo, d)
+
+    @staticmethod
+    def from_file_record(d: Mapping[str, Any]) -> JobInfo:
+        """A job as journal versions 2 and 3 wrote it: every field, its spec as a
+        job-file mapping (:func:`workloads.spec.job_to_dict`, work in seconds), and
+        name, QoS class, user, priority and windows (the spec's) beside it."""
+        job_id = str(d["job_id"])
+        spec = parse_job(d["spec"], "journal", allow_local=True, default_user=DEFAULT_USER)
         fields = {k: d[k] for k in JobInfo.__dataclass_fields__ if k in d}
-        fields["state"] = JobPhase(d["state"])
-        fields["outcomes"] = {int(i): dict(o) for i, o in d["outcomes"].items()}
-        fields["subtasks"] = [dict(s) for s in d["subtasks"]]
-        return JobInfo(**fields)
+        return from_record(JobInfo, dict(fields, spec=to_record(replace(spec, job_id=job_id))))
 
 
 class GlobalService:
@@ -271,6 +366,8 @@ class GlobalService:
             "zombies_cancelled": 0, "nodes_lost": 0,
         }
         self.journal = journal
+        #: Subtask outcomes reconciliation applied (their notifications were lost).
+        self.reconciled = 0
         self.recovered = False
         self.journal_error: str | None = None
         self._lock = threading.RLock()
@@ -391,7 +488,9 @@ class GlobalService:
         ``<name>.corrupt-<ms>`` (with its WAL files) and the service starts empty, saying
         so in ``journal_error`` (shown by status), rather than failing every restart. A
         whole-file JSON journal of the version before (a manager restarted on newer code)
-        is read, kept as ``<name>.v2-<ms>``, and its table written into a new journal."""
+        is read, kept as ``<name>.v2-<ms>``, and its table written into a new journal; a
+        sqlite journal of version 3 (specs as job-file mappings) is read and rewritten in
+        this version's records in one transaction."""
         journal: Journal | None = None
         imported = False
         try:
@@ -402,7 +501,8 @@ class GlobalService:
                               JOURNAL_AUTOCHECKPOINT_PAGES)
             data = journal.load()
             if data["meta"]:
-                self._recover(data)
+                # An older version's records are rewritten in this one's, in one write.
+                imported = self._recover(data)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             if journal is not None:
                 journal.close()
@@ -434,8 +534,8 @@ class GlobalService:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("version") != 2:
             raise ValueError(f"version: unknown journal version {data.get('version')!r}")
-        self.core.restore(data["core"])
-        self.jobs = {d["job_id"]: JobInfo.from_record(d) for d in data["jobs"]}
+        self.core.restore(data["core"], file_specs=True)
+        self.jobs = {d["job_id"]: JobInfo.from_file_record(d) for d in data["jobs"]}
         self.tokens = {str(k): list(v) for k, v in data.get("tokens", {}).items()}
         self.lost = {str(k): str(v) for k, v in data.get("lost", {}).items()}
         self.counters.update({str(k): int(v) for k, v in data.get("counters", {}).items()})
@@ -447,17 +547,22 @@ class GlobalService:
         log.warning("global manager recovered %d jobs from %s (a version 2 journal, kept "
                     "beside it)", len(self.jobs), path)
 
-    def _recover(self, data: Mapping[str, Mapping[str, Any]]) -> None:
-        """Rebuild the core and the job table from the journal's tables."""
+    def _recover(self, data: Mapping[str, Mapping[str, Any]]) -> bool:
+        """Rebuild the core and the job table from the journal's tables. True if they
+        are of the version before (:data:`FILE_SPEC_VERSIONS`): the caller rewrites
+        them."""
         meta = data["meta"]
-        if meta.get("version") != JOURNAL_VERSION:
-            raise ValueError(f"version: unknown journal version {meta.get('version')!r}")
+        version = meta.get("version")
+        if version != JOURNAL_VERSION and version not in FILE_SPEC_VERSIONS:
+            raise ValueError(f"version: unknown journal version {version!r}")
+        old = version in FILE_SPEC_VERSIONS
+        read_job = JobInfo.from_file_record if old else JobInfo.from_record
         snap = {k: meta[k] for k in CORE_STATE_KEYS}
         snap["closed"] = dict(data["closed"])
         snap["jobs"] = list(data["core_jobs"].values())
         snap["pending"] = sorted(data["pending"].values(), key=lambda r: int(r["seq"]))
-        self.core.restore(snap)
-        self.jobs = {str(k): JobInfo.from_record(d) for k, d in data["jobs"].items()}
+        self.core.restore(snap, file_specs=old)
+        self.jobs = {str(k): read_job(d) for k, d in data["jobs"].items()}
         self.tokens = {str(k): list(v) for k, v in data["tokens"].items()}
         self.lost = {str(k): str(v) for k, v in meta.get("lost", {}).items()}
         self.counters.update({str(k): int(v) for k, v in meta.get("counters", {}).items()})
@@ -473,6 +578,10 @@ class GlobalService:
             sum(1 for j in self.jobs.values() if j.state is JobPhase.PENDING),
             self.journal,
         )
+        if old:
+            log.warning("%s: a version %s journal, rewritten as version %d", self.journal,
+                        version, JOURNAL_VERSION)
+        return old
 
     def checkpoint_journal(self) -> int:
         """Fold the journal's log into its file (the actor's monitor loop calls this
@@ -532,7 +641,7 @@ class GlobalService:
                 self._dirty.pop(info.job_id, None)
                 for n in range(1, info.dispatches + 1):
                     for s in info.subtasks:
-                        self.progress.pop((str(RunId(info.job_id, n)), s["index"]), None)
+                        self.progress.pop((str(RunId(info.job_id, n)), s.index), None)
             log.info("%d finished jobs archived (kept %.6g model s)", len(moved),
                      self.keep_finished)
             return len(moved)
@@ -563,12 +672,6 @@ class GlobalService:
             return None
         return info if info.run == run else None
 
-    def _spec(self, info: JobInfo) -> JobSpec:
-        return replace(
-            parse_job(info.spec, "journal", allow_local=True, default_user=DEFAULT_USER),
-            job_id=info.job_id,
-        )
-
     def running_subtasks(self, node: str | None = None) -> dict[str, list[tuple[str, int]]]:
         """Per node (only ``node`` if given), the (run id, index) of every subtask of a
         running job that has not ended yet: what :meth:`reconcile` asks the nodes about."""
@@ -577,11 +680,9 @@ class GlobalService:
             for info in self.jobs.values():
                 if info.state is not JobPhase.RUNNING:
                     continue
-                for s in info.subtasks:
-                    if s["index"] not in info.outcomes and node in (None, s["node"]):
-                        out.setdefault(s["node"], []).append(
-                            (info.run_id, s["index"])
-                        )
+                for s in info.open_subtasks():
+                    if node in (None, s.node):
+                        out.setdefault(s.node, []).append((info.run_id, s.index))
             return out
 
     def _open_on(self, node: str) -> set[tuple[str, int]]:
@@ -602,17 +703,16 @@ class GlobalService:
             return [
                 (
                     JobRegistration(
-                        info.run_id, QosClass(info.qos), float(info.start_at or 0),
-                        tuple((s["index"], s["node"], s["expected_rate"])
-                              for s in info.subtasks),
+                        info.run_id, info.qos, float(info.start_at or 0),
+                        tuple((s.index, s.node, s.expected_rate) for s in info.subtasks),
                         info.overall_deviation, info.asynchrony,
                     ),
-                    {i: float(o["finish_time"]) for i, o in info.outcomes.items()},
+                    {i: o.finish_time for i, o in info.outcomes.items()},
                 )
                 for info in self.jobs.values()
                 if info.qos in grid and (info.state is JobPhase.RUNNING or (
                     info.state is not JobPhase.PENDING and info.subtasks
-                    and (info.run_id or info.job_id) in wanted))
+                    and info.run_id in wanted))
             ]
 
     def ended_runs(
@@ -631,53 +731,56 @@ class GlobalService:
                 info = self.jobs.get(job_id)
                 if info is None:
                     continue
-                if (info.run_id or info.job_id) != run_id or info.state is JobPhase.PENDING:
+                if info.run_id != run_id or info.state is JobPhase.PENDING:
                     out[run_id] = ({}, "superseded")  # requeued: a later run, or waiting
                 elif info.state is not JobPhase.RUNNING and info.finished_at is not None \
                         and info.finished_at <= before:
-                    ends = {int(i): float(o["finish_time"]) for i, o in info.outcomes.items()}
+                    ends = {i: o.finish_time for i, o in info.outcomes.items()}
                     why = "" if info.state is JobPhase.COMPLETED else info.state.value
                     out[run_id] = (ends, why)
         return out
 
-    def reconcile(self, node: str, seen: list[dict[str, Any]]) -> int:
-        """Apply what node ``node``'s local manager says about its subtasks (its status
-        ``subtasks`` list): work done is kept (a requeue starts from it); an ended
+    def apply_report(self, report: NodeReport) -> list[str]:
+        """What the monitor does with a node's answer (:class:`NodeReport`): the node is
+        alive if its loop runs, its measured QoS capacity is observed, its subtasks are
+        reconciled (:meth:`reconcile`). Returns the runs to stop there
+        (:meth:`runs_to_stop`): the caller cancels them on the node."""
+        self.node_answered(report.node, report.loop_running)
+        self.observe_qos_capacity(report.node, report.qos_capacity)
+        self.reconciled += self.reconcile(report.node, report.subtasks)
+        return self.runs_to_stop(report.node, report.subtasks)
+
+    def reconcile(self, node: str, seen: Sequence[SubtaskReport]) -> int:
+        """Apply what node ``node``'s local manager says about its subtasks (its
+        :class:`NodeReport`'s): work done is kept (a requeue starts from it); an ended
         subtask the job table still has running is taken as its lost ``subtask_ended``
         notification; a running job's subtask the node does not know, well after its
         start, ends that run. Returns how many outcomes were applied."""
-        ended = {"finished", "failed"}
         applied = 0
         todo = self._open_on(node)
-        known = {(str(d.get("job_id")), int(d.get("index", -1))) for d in seen}
-        if self._missing(node, todo - known):
+        if self._missing(node, todo - {r.key for r in seen}):
             todo = self._open_on(node)
-        for d in seen:
-            key = (str(d.get("job_id")), int(d.get("index", -1)))
-            if d.get("done_work") is not None:
-                self.progress[key] = float(d["done_work"])
-            if key in todo and d.get("state") in ended:
-                self.subtask_ended(
-                    SubtaskOutcome(
-                        key[0], key[1], node, SubtaskPhase(d["state"]),
-                        float(d.get("finish_time") or self.clock.now()),
-                        d.get("exit_code"), str(d.get("reason") or ""),
-                    )
-                )
+        for r in seen:
+            if r.done_work is not None:
+                self.progress[r.key] = r.done_work
+            if r.key in todo and r.ended:
+                self.subtask_ended(SubtaskOutcome(
+                    r.run_id, r.index, node, r.state,
+                    r.finish_time if r.finish_time is not None else self.clock.now(),
+                    r.exit_code, r.reason,
+                ))
                 applied += 1
         return applied
 
-    def runs_to_stop(self, node: str, seen: list[dict[str, Any]]) -> list[str]:
-        """Run ids still running on ``node`` (its status ``subtasks``) that are not a
-        current run there: a run stopped while the node could not be reached (lost,
-        stale, a failed dispatch). The caller cancels them there."""
+    def runs_to_stop(self, node: str, seen: Sequence[SubtaskReport]) -> list[str]:
+        """Run ids still on ``node`` (its report's subtasks) that are not a current run
+        there: a run stopped while the node could not be reached (lost, stale, a failed
+        dispatch). The caller cancels them there."""
         with self._lock:
             todo = self._open_on(node)
             zombies = sorted({
-                str(d.get("job_id")) for d in seen
-                if d.get("state") in ("running", "pending")
-                and (key := (str(d.get("job_id")), int(d.get("index", -1)))) not in todo
-                and not self._ended_in_current_run(*key)
+                r.run_id for r in seen
+                if r.live and r.key not in todo and not self._ended_in_current_run(*r.key)
             })
             self.counters["zombies_cancelled"] += len(zombies)
             return zombies
@@ -782,14 +885,12 @@ class GlobalService:
             for info in list(self.jobs.values()):
                 if info.state is not JobPhase.RUNNING:
                     continue
-                hit = [s for s in info.subtasks
-                       if s["node"] in newly and s["index"] not in info.outcomes]
+                hit = [s for s in info.open_subtasks() if s.node in newly]
                 if not hit:
                     continue
-                node = hit[0]["node"]
+                node = hit[0].node
                 why = f"node {node} lost ({self.lost[node]})"
-                stops.append(self._end_run(info, why, self._spec(info).node_loss_policy(),
-                                           loss=True))
+                stops.append(self._end_run(info, why, info.spec.node_loss_policy(), loss=True))
             self._persist()
         self._send_stops(stops)
         return newly
@@ -823,17 +924,10 @@ class GlobalService:
                     state = JobPhase.REJECTED
                 info = JobInfo(
                     job_id=adm.job_id,
-                    name=spec.name,
-                    qos=spec.qos.value,
+                    spec=replace(spec, job_id=adm.job_id),
                     state=state,
                     reason=adm.reason,
                     submitted_at=now,
-                    start_at=None,
-                    overall_deviation=spec.overall_deviation,
-                    asynchrony=spec.asynchrony,
-                    user=spec.user,
-                    priority=spec.priority,
-                    spec=job_to_dict(spec),
                     queued_at=now if adm.pending else None,
                 )
                 self.jobs[adm.job_id] = info
@@ -875,7 +969,7 @@ class GlobalService:
             "pending": info.state is JobPhase.PENDING,
             "state": info.state.value,
             "reason": reason,
-            "nodes": [s["node"] for s in info.subtasks] if info.state is JobPhase.RUNNING
+            "nodes": [s.node for s in info.subtasks] if info.state is JobPhase.RUNNING
             else [],
             "start_at": info.start_at,
         }
@@ -925,17 +1019,7 @@ class GlobalService:
         info.start_at = start
         info.outcomes = {}
         info.dispatches += 1
-        info.subtasks = [
-            {
-                "index": s.index,
-                "node": s.node,
-                "work": s.work,
-                "relative_weight": s.relative_weight,
-                "expected_rate": s.expected_rate,
-                "executor": "process" if s.command else "synthetic",
-            }
-            for s in subtasks
-        ]
+        info.subtasks = tuple(PlacedSubtask.of(s) for s in subtasks)
 
     def _reserve(self, info: JobInfo, subtasks: tuple[Subtask, ...], start: float) -> Reservation:
         """What dispatching the run just placed (and journaled) for ``info`` sends; the
@@ -943,7 +1027,7 @@ class GlobalService:
         committed the run's budgets: :meth:`_settle` keeps or returns them."""
         run = info.run
         subs = tuple(replace(s, job_id=str(run)) for s in subtasks)
-        qos = QosClass(info.qos)
+        qos = info.qos
         registration = JobRegistration(
             str(run), qos, start, tuple((s.index, s.node, s.expected_rate) for s in subs),
             info.overall_deviation, info.asynchrony, initial_pace_of(subs),
@@ -1050,7 +1134,7 @@ class GlobalService:
         for f in failures:
             if f.node is not None:
                 self.core.set_node_down(f.node)
-        spec = self._spec(info)
+        spec = info.spec
         why = f"not started: {failed}; nothing of it stays placed"
         log.warning("%s: %s", job_id, why)
         if self.core.config.queue is QueueMode.WAIT or info.attempt > 1 or info.history:
@@ -1062,7 +1146,7 @@ class GlobalService:
             self.core.cancel(job_id)
             info.state = JobPhase.REJECTED
             info.reason = why
-        info.subtasks = []
+        info.subtasks = ()
         self._persist()
         return [(run_id, reached, f"dispatch failed: {failed}")]
 
@@ -1076,20 +1160,17 @@ class GlobalService:
             if info is None or outcome.index in info.outcomes:
                 return
             self._mark(info.job_id)
-            info.outcomes[outcome.index] = {
-                "state": outcome.state.value,
-                "finish_time": outcome.finish_time,
-                "exit_code": outcome.exit_code,
-                "reason": outcome.reason,
-            }
+            info.outcomes[outcome.index] = SubtaskEnd(
+                outcome.state, outcome.finish_time, outcome.exit_code, outcome.reason
+            )
             if outcome.state is not SubtaskPhase.FINISHED:
                 why = f"subtask {outcome.index} {outcome.state.value} on {outcome.node}"
                 if outcome.reason:
                     why += f": {outcome.reason}"
-                stops.append(self._end_run(info, why, self._spec(info).on_failure, loss=False))
+                stops.append(self._end_run(info, why, info.spec.on_failure, loss=False))
             elif self.core.subtask_finished(info.job_id, outcome.index):
                 info.state = JobPhase.COMPLETED
-                info.finished_at = max(o["finish_time"] for o in info.outcomes.values())
+                info.finished_at = max(o.finish_time for o in info.outcomes.values())
             self._persist()
         self._send_stops(stops)
 
@@ -1101,7 +1182,7 @@ class GlobalService:
         placement) or a failure. Returns (run id, nodes to stop, reason) for
         :meth:`_send_stops`, done after the lock is released."""
         self._mark(info.job_id)
-        spec = self._spec(info)
+        spec = info.spec
         run_id = info.run_id
         now = self.clock.now()
         requeue = policy is EndPolicy.REQUEUE and info.attempt < spec.max_attempts
@@ -1124,9 +1205,9 @@ class GlobalService:
                 info.reason += f" (requeued {info.attempt - 1} times: max_attempts reached)"
             self.counters["failed_node_loss" if loss else "failed_subtask"] += 1
             stop_reason = f"failed: {why}"
-        nodes = sorted({s.node for s in running} | {s["node"] for s in info.subtasks})
+        nodes = sorted({s.node for s in running} | {s.node for s in info.subtasks})
         if requeue:  # pending again: no nodes until it is placed anew (history says where)
-            info.subtasks = []
+            info.subtasks = ()
         log.warning("%s: %s", info.job_id, info.reason)
         return run_id, nodes, stop_reason
 
@@ -1136,11 +1217,11 @@ class GlobalService:
         frac = 1.0
         run_id = info.run_id
         for s in info.subtasks:
-            o = info.outcomes.get(s["index"])
-            if o is not None and o["state"] == SubtaskPhase.FINISHED.value:
+            o = info.outcomes.get(s.index)
+            if o is not None and o.state is SubtaskPhase.FINISHED:
                 continue
-            done = self.progress.get((run_id, s["index"]), 0.0)
-            frac = min(frac, done / s["work"] if s["work"] > 0 else 0.0)
+            done = self.progress.get((run_id, s.index), 0.0)
+            frac = min(frac, done / s.work if s.work > 0 else 0.0)
         if any(s.command for s in spec.subtasks) or not info.subtasks:
             frac = 0.0
         frac = min(max(frac, 0.0), 0.99)

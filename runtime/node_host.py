@@ -87,6 +87,9 @@ class NodeHostActor:
     def status(self, node: str) -> dict[str, Any]:
         return self.managers[node].status()
 
+    def report(self, node: str, asked: list[tuple[str, int]]) -> Any:
+        return self.managers[node].report(asked)
+
     def shutdown(self) -> bool:
         """Stop every hosted node (each kills its subtask processes)."""
         for manager in self.managers.values():

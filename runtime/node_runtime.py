@@ -61,7 +61,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -73,8 +73,9 @@ from local_manager.scheduler import CycleResult, LocalScheduler
 from runtime.config import ExecutorKind, RuntimeConfig
 from runtime.timebase import ModelClock, boundary_index
 from workloads.atomic import atomic_write_json
-from workloads.messages import SubtaskOutcome, SubtaskPhase
-from workloads.model import Node, Subtask, subtask_from_dict, subtask_to_dict
+from workloads.messages import NodeReport, SubtaskOutcome, SubtaskPhase, SubtaskReport
+from workloads.model import Node, Subtask
+from workloads.records import from_record, to_record
 
 #: Version of the local manager checkpoint's layout.
 CHECKPOINT_VERSION = 1
@@ -282,7 +283,7 @@ class NodeRuntime:
             for h in data.get("history", []):
                 self._history[(str(h["job_id"]), int(h["index"]))] = dict(h)
             for d in data["subtasks"]:
-                s = subtask_from_dict(d["subtask"])
+                s = from_record(Subtask, d["subtask"])
                 kind = ExecutorKind(d["kind"])
                 rec = _Record(s, kind, float(d["start"]))
                 self._records[s.key] = rec
@@ -356,6 +357,40 @@ class NodeRuntime:
                 # capacity in the global manager.
                 "qos_capacity": self.scheduler.qos_capacity(self.q),
             }
+
+    def report(self, asked: Iterable[tuple[str, int]] = ()) -> NodeReport:
+        """The node's :class:`~workloads.messages.NodeReport` as of the last boundary:
+        every subtask still here, and of those that left, the ones named in ``asked``
+        ((run id, index): those the global manager still has running here). Cheap: no
+        history is copied, no description built."""
+        with self._lock:
+            subtasks = [self._report(rec) for rec in self._records.values()]
+            for key in asked:
+                h = self._history.get((str(key[0]), int(key[1])))
+                if h is not None:
+                    subtasks.append(SubtaskReport(
+                        str(h["job_id"]), int(h["index"]), SubtaskPhase(h["state"]),
+                        h.get("done_work"), h.get("finish_time"), h.get("exit_code"),
+                        str(h.get("reason") or ""),
+                    ))
+            return NodeReport(self.node.name, self.running,
+                              self.scheduler.qos_capacity(self.q), tuple(subtasks))
+
+    def _report(self, rec: _Record) -> SubtaskReport:
+        """One subtask's report; ``done_work`` as :meth:`_describe` gives it."""
+        s = rec.subtask
+        run = self._procs.get(s.key)
+        if run is not None:
+            done: float | None = run.measured
+        elif rec.measured is not None:
+            done = rec.measured
+        elif rec.state is SubtaskPhase.FINISHED:
+            done = s.work
+        else:
+            live = self.scheduler.get(s.key)
+            done = (live if live is not None else s).done_work
+        return SubtaskReport(s.job_id, s.index, rec.state, done, rec.finish, rec.exit_code,
+                             rec.reason)
 
     # ----------------------------------------------------------------- the loop
     def run(self) -> None:
@@ -729,7 +764,7 @@ class NodeRuntime:
 def _subtask_dict(placed: Subtask, live: Subtask) -> dict[str, Any]:
     """A subtask as JSON-able data: placement from ``placed``, the changing fields (work
     done, weights, rate cap) from the scheduler's ``live`` copy."""
-    d = subtask_to_dict(placed)
+    d: dict[str, Any] = to_record(placed)
     for f in ("done_work", "weight", "virtual_weight", "rate_cap"):
         d[f] = getattr(live, f)
     return d

@@ -121,3 +121,46 @@ class SubtaskOutcome:
     finish_time: float
     exit_code: int | None = None
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskReport:
+    """One subtask as its local manager reports it to the global manager's
+    reconciliation: ``run_id`` (its job id on the node: the run's id), ``index``,
+    ``state``, ``done_work`` (Mcycles done so far; None: not known), and for one that
+    ended, ``finish_time`` (model s), ``exit_code`` (process subtasks) and ``reason``."""
+
+    run_id: str
+    index: int
+    state: SubtaskPhase
+    done_work: float | None = None
+    finish_time: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.run_id, self.index)
+
+    @property
+    def ended(self) -> bool:
+        return self.state in (SubtaskPhase.FINISHED, SubtaskPhase.FAILED)
+
+    @property
+    def live(self) -> bool:
+        """Still on the node: waiting for its start boundary or running."""
+        return self.state in (SubtaskPhase.PENDING, SubtaskPhase.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """What a local manager tells the global manager every second (its cheap ``report``
+    call; the status document is for people): whether its cycle loop runs
+    (``loop_running``), what its QoS queue can get now (``qos_capacity``, Mcycles/s),
+    every subtask still on it and, of those that left it, the ones the global manager
+    asked about (it still has them running)."""
+
+    node: str
+    loop_running: bool
+    qos_capacity: float
+    subtasks: tuple[SubtaskReport, ...] = ()

@@ -9,7 +9,6 @@ windows in seconds of model time. Memory in MB, IO bandwidth in MB/s.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -294,23 +293,3 @@ class Workload:
     def jobs_of(self, *classes: QosClass) -> tuple[JobSpec, ...]:
         """The jobs of the given QoS classes, in arrival order."""
         return tuple(sorted((j for j in self.jobs if j.qos in classes), key=lambda j: j.arrival))
-
-
-def subtask_to_dict(s: Subtask) -> dict[str, Any]:
-    """A placed subtask as JSON-able data (enums as values, tuples as lists), for the
-    restart files of the global and local managers."""
-    d = {f: getattr(s, f) for f in Subtask.__dataclass_fields__}
-    d["qos"] = s.qos.value
-    d["demand"] = {f: getattr(s.demand, f) for f in Demand.__dataclass_fields__}
-    d["command"] = list(s.command) if s.command is not None else None
-    return d
-
-
-def subtask_from_dict(d: Mapping[str, Any]) -> Subtask:
-    """The inverse of :func:`subtask_to_dict`."""
-    fields = dict(d)
-    fields["qos"] = QosClass(fields["qos"])
-    fields["demand"] = Demand(**fields["demand"])
-    if fields.get("command") is not None:
-        fields["command"] = tuple(fields["command"])
-    return Subtask(**fields)

@@ -125,7 +125,9 @@ def render(st: dict[str, Any], detail: bool = False) -> str:
                         n["name"], n["speed_mhz"], n["cores"],
                         ",".join(n.get("labels") or []) or "-", n["budget"], n["committed"],
                         n["running_subtasks"], "yes" if n["ready"] else "NO",
-                        n.get("health", "up"), (n["ray_node_id"] or "-")[:12],
+                        n.get("health", "up") if n.get("answering", True)
+                        else f"{n.get('health', 'up')}, not answering",
+                        (n["ray_node_id"] or "-")[:12],
                     )
                     for n in st["nodes"]
                 ],

@@ -727,7 +727,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                         help="comma-separated policy names (default %(default)s; also none, "
                              "sq_no_lend, sq_no_boost, sq_no_overbooking, sq_work_conserving, "
-                             "sq_let_ahead)")
+                             "sq_let_ahead, sq_lead)")
     parser.add_argument("--overbooking", default=None,
                         help="comma-separated overbooking percentages: every policy that "
                              "overbooks runs once per value (e.g. 0,5,10,20,30,50; default: "

@@ -26,7 +26,7 @@ JOBS = 150
 @pytest.fixture(scope="module")
 def rows() -> dict[tuple[float, str], Row]:
     cells = make_cells(NODES, LAMBDAS, ("least_loaded",), users=3, jobs=JOBS, seed=0,
-                       policies=("sq", "strict"))
+                       policies=("sq", "sq_lead", "strict"))
     return {(c.lam, c.policy): run_cell(c) for c in cells}
 
 
@@ -54,3 +54,22 @@ def test_sq_stays_in_step_at_a_bounded_price(rows: dict[tuple[float, str], Row],
     # ends 11 % later; -0.034 before it) and +0.001 at 400 s.
     assert sq.utilization is not None and strict.utilization is not None
     assert sq.utilization >= strict.utilization - 0.07
+
+
+@pytest.mark.parametrize("lam", LAMBDAS)
+def test_a_pace_lead_buys_turnaround_with_phase_difference_inside_the_window(
+    rows: dict[tuple[float, str], Row], lam: float
+) -> None:
+    # sq_lead (members may lead by half of A_t) sits between sq and strict on both axes:
+    # faster than in step, further apart than in step but still far closer than strict,
+    # and inside the asynchrony window (docs/decisions.md, "The price of being in step").
+    # Measured when written: turnaround 7832 / 7963 / 7427 s (sq_lead / sq / strict) at
+    # lambda 100 s and 490 / 518 / 466 s at 400 s; phase difference 109-116 s against
+    # 0.4-2.3 s and 322-604 s.
+    sq, led, strict = rows[(lam, "sq")], rows[(lam, "sq_lead")], rows[(lam, "strict")]
+    assert led.completed == led.submitted
+    assert led.mean_turnaround is not None and sq.mean_turnaround is not None
+    assert led.mean_turnaround < sq.mean_turnaround
+    assert _ratio(led.mean_phase_difference, strict.mean_phase_difference) < 0.5
+    assert _ratio(sq.mean_phase_difference, led.mean_phase_difference) < 0.1
+    assert led.window_violation_fraction is not None and led.window_violation_fraction <= 0.01

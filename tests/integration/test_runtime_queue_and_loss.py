@@ -278,6 +278,37 @@ def test_status_queue_and_submit_answer_while_a_dispatch_waits_on_a_stopped_node
     wait_for(lambda: client.job_states([other])[other] == "cancelled")
 
 
+def test_status_marks_a_stopped_node_as_not_answering_and_it_answers_again(
+    deployment: Any, capsys: Any
+) -> None:
+    """``status`` asks every node at once and waits one short deadline for the lot: a
+    SIGSTOPped local manager is shown as not answering (the other nodes' views are
+    there), in ``--json`` and in the table; after SIGCONT it answers again."""
+    from runtime.config import LOCAL_PREFIX
+
+    cluster, _ = deployment
+    info = ready_of(LOCAL_PREFIX + "n0")
+    assert info is not None
+    pid = int(info["pid"])
+
+    def node(name: str) -> dict[str, Any]:
+        return next(n for n in status(capsys, cluster.address)["nodes"] if n["name"] == name)
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        silent = wait_for(lambda: (n := node("n0"))["answering"] is False and n)
+        assert "not answering" in silent["error"] and silent["ready"] is False
+        others = [n for n in status(capsys, cluster.address)["nodes"] if n["name"] != "n0"]
+        assert all(n["answering"] and n["model_time"] is not None for n in others)
+        code, out, err = run_cli(capsys, "status", "--address", cluster.address)
+        assert code == 0, (code, out, err)
+        (row,) = [line for line in out.splitlines() if line.startswith("n0 ")]
+        assert "not answering" in row
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: (n := node("n0"))["answering"] and n["health"] == "up", timeout=120)
+
+
 def test_down_removes_the_restart_files_of_a_node_that_does_not_answer(
     deployment: Any, capsys: Any
 ) -> None:

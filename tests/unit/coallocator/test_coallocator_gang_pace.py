@@ -125,3 +125,42 @@ def test_paces_are_feasible_never_below_the_fair_level_and_each_gang_is_blocked(
             for s in j.subtasks
         )
         assert blocked
+
+
+def test_a_pace_lead_lets_the_members_ahead_run_that_far_past_the_gangs_next_point() -> None:
+    # A_t 100 s, lead 0.3: a member may aim 30 s beyond where the laggard gets next period.
+    cfg = ControllerConfig(mode=ControlMode.PACE, pace_lead=0.3)
+    subs = (_member(0, "n0", 10.0, 2.0, tv=100.0), _member(1, "n1", 10.0, 6.0, tv=110.0))
+    (d,) = control(ControlRequest(120.0, (JobState("a", 1e9, 100.0, subs),), {}, P), cfg).decisions
+    caps = {ch.index: ch.rate_cap for ch in d.changes}
+    assert caps[1] == (100.0 + 2.0 * P + 30.0 - 110.0) / P * 10.0
+    # In step (no lead) it only meets the laggard's point.
+    (d0,) = control(
+        ControlRequest(120.0, (JobState("a", 1e9, 100.0, subs),), {}, P),
+        ControllerConfig(mode=ControlMode.PACE),
+    ).decisions
+    assert {ch.index: ch.rate_cap for ch in d0.changes}[1] < caps[1]
+
+
+def test_a_pace_lead_needs_a_finite_asynchrony_window() -> None:
+    cfg = ControllerConfig(mode=ControlMode.PACE, pace_lead=0.5)
+    subs = (_member(0, "n0", 10.0, 2.0, tv=100.0), _member(1, "n1", 10.0, 6.0, tv=110.0))
+    no_window = JobState("a", 1e9, float("inf"), subs)
+    (d,) = control(ControlRequest(120.0, (no_window,), {}, P), cfg).decisions
+    (d0,) = control(
+        ControlRequest(120.0, (no_window,), {}, P), ControllerConfig(mode=ControlMode.PACE)
+    ).decisions
+    assert d.changes == d0.changes
+
+
+@given(st.one_of(st.floats(-0.5, 1.5), st.just(float("nan")), st.just(float("inf"))))
+def test_a_pace_lead_outside_zero_to_one_is_refused(lead: float) -> None:
+    import math
+
+    import pytest
+
+    if math.isfinite(lead) and 0.0 <= lead <= 1.0:
+        assert ControllerConfig(mode=ControlMode.PACE, pace_lead=lead).pace_lead == lead
+    else:
+        with pytest.raises(ValueError, match="pace_lead"):
+            ControllerConfig(mode=ControlMode.PACE, pace_lead=lead)

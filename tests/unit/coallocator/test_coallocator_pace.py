@@ -208,3 +208,52 @@ def test_pace_control_neither_creates_nor_loses_weight(
             rel_tol=1e-9,
             abs_tol=1e-9,
         )
+
+
+def _run_periods_with_lead(
+    available: list[float], x: list[float], periods: int, lead: float, a_t: float
+) -> list[float]:
+    """:func:`_run_periods` with ``pace_lead`` and ``A_t`` (s); phase differences (s)."""
+    cfg = ControllerConfig(mode=ControlMode.PACE, pace_lead=lead)
+    tvs, rates, caps, t_r, phis = [0.0] * len(x), [1.0] * len(x), [0.0] * len(x), 0.0, []
+    for _ in range(periods):
+        got = [min(a, c) if c > 0 else a for a, c in zip(available, caps)]
+        rates = [g / xi for g, xi in zip(got, x)]
+        tvs = [tv + r * P for tv, r in zip(tvs, rates)]
+        t_r += P
+        phis.append(phase_difference(tvs))
+        job = _job([_state(i, tvs[i], x[i], rates[i], caps[i]) for i in range(len(x))],
+                   a_t=a_t)
+        (d,) = control(ControlRequest(t_r, (job,), {}, P), cfg).decisions
+        for ch in d.changes:
+            caps[ch.index] = ch.rate_cap
+    return phis
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(5.0, 400.0), min_size=2, max_size=4),
+    st.sampled_from([0.1, 0.25, 0.5]),
+    st.floats(60.0, 600.0),
+)
+def test_with_a_pace_lead_the_gang_settles_within_the_lead_plus_one_period(
+    available: list[float], lead: float, a_t: float
+) -> None:
+    # Whatever the nodes give, once the first (unpaced) divergence is closed the phase
+    # difference stays within the lead (a fraction of A_t) plus one period's drift of
+    # the laggard, and a lead that fits inside A_t keeps the gang inside its window.
+    x = [25.0] * len(available)
+    phis = _run_periods_with_lead(available, x, periods=60, lead=lead, a_t=a_t)
+    settled = phis[40:]
+    assert max(settled) <= lead * a_t + max(available) / 25.0 * P + 1e-6, settled
+
+
+def test_a_pace_lead_of_half_the_window_settles_at_half_the_window() -> None:
+    # 100/300/600 MHz-like nodes (QoS 50/150/300 Mcycles/s), A_t 200 s: in step the gang
+    # closes its first divergence and stays at 0 s; with a lead of 0.5 the members on the
+    # fast nodes stay 100 s ahead of the laggard, and never leave A_t.
+    in_step = _run_periods_with_lead([50.0, 150.0, 300.0], [25.0] * 3, 30, 0.0, 200.0)
+    led = _run_periods_with_lead([50.0, 150.0, 300.0], [25.0] * 3, 30, 0.5, 200.0)
+    assert max(in_step[10:]) < 1.0
+    assert all(abs(phi - 100.0) < 1.0 for phi in led[10:]), led
+    assert in_step[:4] == led[:4]  # closing the first divergence is the same

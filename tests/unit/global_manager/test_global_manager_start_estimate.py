@@ -334,3 +334,29 @@ def test_the_core_estimate_of_the_held_job_is_the_backfill_shadow() -> None:
     assert shadow == 2000.0  # long's expected end: 600000 / 300
     assert g.start_estimates(RESERVE_AFTER)[gang.job_id] == shadow
     assert g.job_state(long.job_id).value == "running"
+
+
+@st.composite
+def requests_with_holds(draw: st.DrawFn) -> StartEstimateRequest:
+    req = draw(requests())
+    if not req.queue or not draw(st.booleans()):
+        return req
+    head = draw(st.sampled_from(req.queue))
+    held = draw(st.lists(st.sampled_from([n.name for n in req.nodes]), unique=True,
+                         min_size=1))
+    shadow = draw(st.sampled_from([None, 0.0, 40.0, 120.0]))
+    return StartEstimateRequest(req.now, req.nodes, req.running, req.queue,
+                                Hold(head.job_id, tuple(held), shadow))
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests_with_holds())
+def test_screening_the_gangs_all_at_once_changes_no_estimate(
+    req: StartEstimateRequest,
+) -> None:
+    # The screen only skips jobs the one-by-one walk would find not to fit: the same
+    # starts, the same nodes, the same validity.
+    fast, plain = estimate_starts(req), estimate_starts(req, screen=False)
+    assert dict(fast.starts) == dict(plain.starts)
+    assert dict(fast.nodes) == dict(plain.nodes)
+    assert fast.valid_until == plain.valid_until

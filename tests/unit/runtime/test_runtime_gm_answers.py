@@ -5,6 +5,7 @@ over the loopback grid of ``test_runtime_gm_faults``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from tests.unit.runtime.test_runtime_gm_faults import Grid, _three
@@ -66,13 +67,13 @@ def test_a_subtask_that_just_finished_is_no_zombie(tmp_path: Path) -> None:
     job = a["job_id"]
     g.step(2)
     node = a["nodes"][0]
-    seen = g.loop.nodes[node].snapshot()["subtasks"]
-    (mine,) = [s for s in seen if s["job_id"] == job]
-    assert mine["state"] == "running"
-    g.gm.subtask_ended(SubtaskOutcome(job, mine["index"], node, SubtaskPhase.FINISHED,
+    seen = g.loop.nodes[node].report().subtasks
+    (mine,) = [s for s in seen if s.run_id == job]
+    assert mine.state is SubtaskPhase.RUNNING
+    g.gm.subtask_ended(SubtaskOutcome(job, mine.index, node, SubtaskPhase.FINISHED,
                                       g.gm.clock.now(), None, ""))
     assert g.gm.runs_to_stop(node, seen) == []
     assert g.gm.counters["zombies_cancelled"] == 0
-    stale = [dict(mine, job_id=f"{job}.9")]  # a run that is not the job's current one
+    stale = [replace(mine, run_id=f"{job}.9")]  # a run that is not the job's current one
     assert g.gm.runs_to_stop(node, stale) == [f"{job}.9"]
     assert g.gm.counters["zombies_cancelled"] == 1

@@ -148,7 +148,7 @@ def test_a_place_that_fails_after_hanging_rolls_the_run_back(tmp_path: Path) -> 
     # Back in the queue: the next cycle places it on the nodes that answer.
     g.step(1)
     assert g.gm.jobs[job].state is JobPhase.RUNNING
-    assert dead not in [s["node"] for s in g.gm.jobs[job].subtasks]
+    assert dead not in [s.node for s in g.gm.jobs[job].subtasks]
     g.run_until(lambda: g.state(job) == "completed")
 
 

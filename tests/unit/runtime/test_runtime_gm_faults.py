@@ -90,7 +90,7 @@ class Grid:
             for name, node in self.loop.nodes.items():
                 if name not in self.silent:
                     self.gm.node_answered(name, True)
-                    seen = node.snapshot()["subtasks"]
+                    seen = node.report(self.gm.running_subtasks(name).get(name, [])).subtasks
                     self.gm.reconcile(name, seen)
                     for run in self.gm.runs_to_stop(name, seen):
                         node.cancel_job(run)
@@ -178,10 +178,10 @@ def test_a_lost_node_requeues_a_synthetic_gang_whole_from_its_common_progress(
     g.run_until(lambda: g.state(job) == "running")
     info = g.gm.jobs[job]
     assert info.run_id == f"{job}.2" and info.attempt == 2
-    assert lost not in [s["node"] for s in info.subtasks]
+    assert lost not in [s.node for s in info.subtasks]
     # The second run carries the work left from the least advanced member, not all of it.
     assert 0.0 < info.work_left < 1.0
-    assert sum(s["work"] for s in info.subtasks) < 3 * 60_000.0
+    assert sum(s.work for s in info.subtasks) < 3 * 60_000.0
     g.run_until(lambda: g.state(job) == "completed")
     assert all(v == pytest.approx(0.0, abs=1e-6) for v in g.gm.core.committed.values())
     summaries = [json.loads(line) for line in g.log.read_text().splitlines()
@@ -246,7 +246,7 @@ def test_a_failed_subtask_ends_its_whole_job_by_policy(
     g.run_until(lambda: g.state(job) == "running")
     run = g.gm.jobs[job].run_id
     # The second failure exhausts max_attempts (2): the job fails, saying so.
-    g.gm.subtask_ended(SubtaskOutcome(run, 0, g.gm.jobs[job].subtasks[0]["node"],
+    g.gm.subtask_ended(SubtaskOutcome(run, 0, g.gm.jobs[job].subtasks[0].node,
                                       SubtaskPhase.FAILED, g.k * CYCLE, 1, "exit status 1"))
     info = g.gm.jobs[job]
     assert info.state is JobPhase.FAILED and "max_attempts" in info.reason
@@ -283,7 +283,7 @@ def test_a_dispatch_that_cannot_reach_a_node_leaves_nothing_placed(
     # Back in the queue: the next cycle places it on the nodes that answer.
     g.step(1)
     info = g.gm.jobs[job]
-    assert info.state is JobPhase.RUNNING and dead not in [s["node"] for s in info.subtasks]
+    assert info.state is JobPhase.RUNNING and dead not in [s.node for s in info.subtasks]
     assert info.run_id == f"{job}.2"
     g.run_until(lambda: g.state(job) == "completed")
 
@@ -357,7 +357,7 @@ def test_ended_runs_tells_the_controller_which_tracked_runs_are_over(tmp_path: P
     assert g.gm.ended_runs([ja], before=info.finished_at - 1.0) == {}
     (ends, why) = g.gm.ended_runs([ja], before=info.finished_at)[ja]
     assert why == "" and ends == {
-        i: o["finish_time"] for i, o in info.outcomes.items()} and len(ends) == 3
+        i: o.finish_time for i, o in info.outcomes.items()} and len(ends) == 3
     g.gm.cancel(jb)
     assert g.gm.ended_runs([jb], before=1e9)[jb][1] == "cancelled"
     # An old run of a job that runs again is superseded.

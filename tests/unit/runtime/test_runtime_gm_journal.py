@@ -15,15 +15,25 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from clocks.base import ManualClock
 from runtime.config import RuntimeConfig, runtime_core
-from runtime.global_service import GlobalService, read_journal
+from runtime.global_service import (
+    JOURNAL_TABLES,
+    JOURNAL_VERSION,
+    GlobalService,
+    JobInfo,
+    read_journal,
+)
+from runtime.journal import Journal
 from runtime.timebase import ModelClock, TimeBase
 from tests.unit.runtime.test_runtime_gm_recovery import Recorder
 from tests.unit.runtime.test_runtime_wiring import JOBS, NODES, strict
 from workloads.messages import SubtaskOutcome, SubtaskPhase
-from workloads.model import EndPolicy
+from workloads.model import EndPolicy, JobSpec
+from workloads.records import from_record
+from workloads.spec import job_to_dict
 
 CYCLE = 10.0
 KEEP_S = 200.0  # real s = model s (time scale 1)
@@ -55,11 +65,11 @@ class World:
         if not running:
             return
         info = self.gm.jobs[running[pick % len(running)]]
-        open_ = [s for s in info.subtasks if s["index"] not in info.outcomes]
+        open_ = info.open_subtasks()
         if open_:
             s = open_[0]
             self.gm.subtask_ended(SubtaskOutcome(
-                info.run_id or info.job_id, s["index"], s["node"], state,
+                info.run_id, s.index, s.node, state,
                 self.clock.now(), 3 if state is SubtaskPhase.FAILED else None, ""))
 
     def tick(self, cycles: int) -> None:
@@ -71,6 +81,15 @@ class World:
             self.gm.check_nodes()
             self.gm.place_pending()
             self.gm.archive_finished()
+
+
+def file_record(info: JobInfo) -> dict[str, Any]:
+    """Job ``info`` as journal versions 2 and 3 wrote it: its spec a job-file mapping, the
+    spec's name, QoS class, user, priority and windows beside it."""
+    every = TypeAdapter(JobInfo).dump_python(info, mode="json")  # defaults too
+    return dict(every, spec=job_to_dict(info.spec), name=info.name,
+                qos=info.qos.value, user=info.user, priority=info.priority,
+                overall_deviation=info.overall_deviation, asynchrony=info.asynchrony)
 
 
 def state_of(gm: GlobalService) -> dict[str, Any]:
@@ -189,9 +208,12 @@ def test_a_whole_file_journal_of_the_version_before_is_read_and_kept_aside(
     live.place_pending()
     w.gm.close()
     w.path.unlink()
+    core = live.core.snapshot()  # as version 2 wrote it: specs as job-file mappings
+    for rec in (*core["jobs"], *core["pending"]):
+        rec["spec"] = job_to_dict(from_record(JobSpec, rec["spec"]))
     w.path.write_text(json.dumps({
-        "version": 2, "core": live.core.snapshot(),
-        "jobs": [i.to_record() for i in live.jobs.values()],
+        "version": 2, "core": core,
+        "jobs": [file_record(i) for i in live.jobs.values()],
         "tokens": live.tokens, "lost": live.lost, "counters": live.counters,
     }), encoding="utf-8")
     again = w.reopen()
@@ -202,3 +224,42 @@ def test_a_whole_file_journal_of_the_version_before_is_read_and_kept_aside(
     assert json.loads(kept.read_text())["version"] == 2
     again.close()
     assert state_of(w.reopen()) == before  # now from the new journal
+
+
+def test_a_version_3_journal_written_by_the_code_before_is_read_and_rewritten(
+    tmp_path: Path,
+) -> None:
+    """``data/journal_v3.json``: the tables of a journal written by main e0b45c3 (specs as
+    job-file mappings, work in seconds) from this module's World: a completed job and a
+    cancelled one archived, a running job, a requeued one pending (its subtask failed
+    with exit code 3), a big job running and one rejected."""
+    tables = json.loads((Path(__file__).parent / "data" / "journal_v3.json").read_text())
+    journal = Journal(tmp_path / "gm.sqlite", JOURNAL_TABLES)
+    for table, rows in tables.items():
+        for key, value in rows.items():
+            journal.put(table, key, value)
+    journal.commit()
+    journal.close()
+    w = World(tmp_path)
+    gm = w.gm
+    assert gm.recovered and gm.journal_error is None
+    assert {j: i.state.value for j, i in gm.jobs.items()} == {
+        j: r["state"] for j, r in tables["jobs"].items()}
+    for job_id, old in tables["jobs"].items():
+        info = gm.jobs[job_id]
+        assert file_record(info) == old  # nothing lost
+        assert info.spec.job_id == job_id and info.spec.name == old["name"]
+        assert [s.work for s in info.spec.subtasks] == [
+            1000.0 * s["work"] for s in old["spec"]["subtasks"]]
+    requeued = next(i for i in gm.jobs.values() if i.history)
+    assert requeued.state.value == "pending" and "exit 3" in requeued.history[0]
+    assert [s.work for s in gm.core.pending[requeued.job_id].spec.subtasks] == [
+        s["work"] * 1000.0 for s in tables["pending"][requeued.job_id]["spec"]["subtasks"]]
+    assert [d["job_id"] for d in gm.describe(archived=True)["jobs"]][-2:] == list(
+        tables["archive"])
+    before = state_of(gm)
+    gm.close()
+    rewritten = read_journal(w.path)
+    assert rewritten["meta"]["version"] == JOURNAL_VERSION
+    assert all("name" not in r for r in rewritten["jobs"].values())  # the new records
+    assert state_of(w.reopen()) == before

@@ -11,7 +11,7 @@ from typing import Any
 from runtime.config import RuntimeConfig, runtime_core
 from runtime.global_service import GlobalService, read_journal
 from tests.unit.runtime.test_runtime_wiring import JOBS, NODES, Loopback, _periods
-from workloads.messages import SubtaskOutcome, SubtaskPhase
+from workloads.messages import SubtaskOutcome, SubtaskPhase, SubtaskReport
 
 
 class Recorder:
@@ -75,8 +75,7 @@ def test_reconcile_applies_outcomes_the_service_missed(tmp_path: Path) -> None:
     assert sorted(gm.running_subtasks()) == sorted(nodes)
     gone = GlobalService(NODES, gm.config, gm.clock, Recorder(), tmp_path / "gm.json")
     views = {
-        n: [{"job_id": job, "index": i, "state": "finished", "finish_time": 90.0 + i,
-             "exit_code": None, "reason": ""}]
+        n: [SubtaskReport(job, i, SubtaskPhase.FINISHED, None, 90.0 + i)]
         for i, n in enumerate(nodes)
     }
     assert gone.reconcile(nodes[0], views[nodes[0]]) == 1

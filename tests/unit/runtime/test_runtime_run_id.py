@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runtime.global_service import JobInfo, RunId
-from workloads.model import JobPhase
+from workloads.model import JobPhase, JobSpec, QosClass, SubtaskSpec
 
 JOB_IDS = st.text(st.sampled_from("jx0123456789.-"), min_size=1, max_size=10)
 
@@ -22,7 +22,8 @@ def test_a_run_id_reads_back_from_its_text(job_id: str, dispatch: int, known: bo
 
 
 def test_a_jobs_current_run_follows_its_dispatches() -> None:
-    info = JobInfo("j00007", "a", "strict", JobPhase.PENDING, "", 0.0, None)
+    spec = JobSpec("a", QosClass.STRICT, (SubtaskSpec(1000.0),), 60.0, 30.0, job_id="j00007")
+    info = JobInfo("j00007", spec, JobPhase.PENDING, "", 0.0)
     assert info.run == RunId("j00007") and info.run_id == "j00007"  # not placed yet
     info.dispatches = 1
     assert info.run_id == "j00007"

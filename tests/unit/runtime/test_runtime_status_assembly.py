@@ -116,3 +116,26 @@ def test_nodes_not_ready_and_an_unreachable_controller(tmp_path: Path) -> None:
     assert doc["security"] == {"mode": "curve", "auth_failures": None}
     assert doc["controller"]["error"] == ctl["error"] and doc["phase_log"] == INFO["phase_log"]
     assert all(n["ready"] is False for n in doc["nodes"])
+
+
+def test_a_node_that_does_not_answer_in_time_is_shown_as_not_answering(
+    tmp_path: Path,
+) -> None:
+    """``status`` waits one short deadline for every node at once; a node whose view is
+    not back by then (``_view``'s placeholder) says so, in the document and the table."""
+    from coalloc.commands.status import render
+    from runtime.actors import STATUS_DEADLINE_S, _view
+
+    loop = _grid(tmp_path)
+    _step(loop, 1)
+    silent = _view(object(), set())  # its reference is not among those that answered
+    assert silent["answering"] is False and "not answering" in silent["error"]
+    assert STATUS_DEADLINE_S <= 1.0
+    st = _status(loop, None, n1=silent)
+    nodes = {n["name"]: n for n in st["nodes"]}
+    assert nodes["n1"]["answering"] is False and nodes["n1"]["ready"] is False
+    assert nodes["n1"]["error"] == silent["error"]
+    assert all(nodes[n]["answering"] is True for n in nodes if n != "n1")
+    st.update(address="ray://x", time_scale=1.0, cycle=10.0)
+    rows = {line.split()[0]: line for line in render(st).splitlines() if line.startswith("n")}
+    assert "up, not answering" in rows["n1"] and "not answering" not in rows["n0"]

@@ -119,7 +119,7 @@ class Loopback:
         """What the global manager's monitor does once a second: each node's status,
         here its measured QoS capacity (what admission by measured capacity reads)."""
         for name, node in self.nodes.items():
-            self.gm.observe_qos_capacity(name, node.snapshot()["qos_capacity"])
+            self.gm.observe_qos_capacity(name, node.report().qos_capacity)
 
     def _ended(self, outcome: Any) -> None:
         self.gm.subtask_ended(outcome)
@@ -217,6 +217,17 @@ def test_live_wiring_makes_the_simulators_decisions(
             assert lv[key] == pytest.approx(sm[key], rel=1e-9, abs=1e-9), (lv["job"], key)
     if policy != "strict":
         assert any(w != "none" for _, _, _, w, _, _ in _periods(live_log))
+
+
+def test_live_wiring_makes_the_simulators_decisions_with_a_pace_lead(tmp_path: Path) -> None:
+    # sq_lead through the real services: the same decisions as the simulator's, and not
+    # those of sq (the lead reaches the live controller).
+    test_live_wiring_makes_the_simulators_decisions(tmp_path, "sq_lead", "wait", "backfill")
+    led = _periods(tmp_path / "live.jsonl")
+    in_step = tmp_path / "in-step"
+    in_step.mkdir()
+    test_live_wiring_makes_the_simulators_decisions(in_step, "sq", "wait", "backfill")
+    assert led != _periods(in_step / "live.jsonl")
 
 
 def test_cancel_releases_budget_and_stops_reports(tmp_path: Path) -> None:
