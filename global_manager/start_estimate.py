@@ -376,6 +376,11 @@ def estimate_starts(req: StartEstimateRequest, *, screen: bool = True) -> StartE
                 # Every node is open to the jobs behind it now: screen them again.
                 todo = candidates(p + 1)
                 i = 0
+            elif scr is not None and len(todo) - i > 2:
+                # Its booking took room the jobs behind it were screened with: screen
+                # them again at once rather than try each.
+                todo = candidates(p + 1)
+                i = 0
         nxt = walk.next_event()
         if holder is not None and t < shadow and (nxt is None or shadow < nxt):
             nxt = shadow  # the held job's turn comes at its shadow time
