@@ -162,6 +162,8 @@ def simulate(
     placement_seconds = 0.0
     local_cfg = cfg.local_config(pol)
     schedulers = {n.name: LocalScheduler(n, local_cfg) for n in workload.nodes}
+    for sched in schedulers.values():
+        sched.replay_near_end = cfg.replay_near_end
     ctl = ControllerCore(
         pol.controller_config,
         pol.controller,
