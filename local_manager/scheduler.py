@@ -192,8 +192,10 @@ class _SplitInputs:
     #: rate cap under pace control), by key.
     cap: dict[tuple[str, int], float]
     #: Under pace control, each rate-capped entry's cap before its rate cap.
-    uncapped: Mapping[tuple[str, int], float]
+    uncapped: dict[tuple[str, int], float]
     by_queue: Mapping[QueueName, list[_Entry]]
+    #: Each queue's demand (capped by the node's capacity), in queue order.
+    queue_demand: list[float]
     #: The QoS demand the rate caps held back, and the QoS share lent on for it.
     released: float
     lendable: float
@@ -578,6 +580,7 @@ class LocalScheduler:
         uncapped = inputs.uncapped
         copysign = math.copysign
         moved: list[QueueName] = []
+        uncapped_moved = False
         for e, s, key, per, rate_cap in inputs.rows:
             # _fresh_split's cap, the same arithmetic.
             left = s.work - s.done_work
@@ -585,7 +588,8 @@ class LocalScheduler:
             if rate_cap is not None:
                 u = uncapped[key]
                 if c != u or (c == 0.0 and copysign(1.0, c) != copysign(1.0, u)):
-                    return None
+                    uncapped[key] = c
+                    uncapped_moved = True
                 if rate_cap < c:
                     c = rate_cap
             o = cap[key]
@@ -594,17 +598,19 @@ class LocalScheduler:
                 if e.queue not in moved:
                     moved.append(e.queue)
         last.near_end = True
-        if not moved:
+        if not moved and not uncapped_moved:
             return last
         node = self.node
         full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle
         capacity = node.cpu_rate * cycle
         shares = self._queue_shares
         qos = QueueName.QOS
+        qi = _QUEUES.index(qos)
+        queue_demand = list(inputs.queue_demand)
         for q in moved:
             members = inputs.by_queue[q]
             if q is qos:
-                if last.available is not None or inputs.borrowed:
+                if inputs.borrowed:
                     return None
             elif inputs.lendable > 0 or (q is QueueName.BEST_EFFORT and inputs.lent_virtual):
                 return None
@@ -614,19 +620,11 @@ class LocalScheduler:
             d = sum(cap[e.key] for e in members)
             if q is qos:
                 d += capacity * inputs.n_virtual
-            demand = min(d, capacity)
-            qi = _QUEUES.index(q)
-            queue_cpu = min(demand, shares[qi] * capacity)  # _split_queues, not conserving
+            qn = _QUEUES.index(q)
+            demand = queue_demand[qn] = min(d, capacity)
+            queue_cpu = min(demand, shares[qn] * capacity)  # _split_queues, not conserving
             if not _same_float(queue_cpu, last.queue_cpu[q]):
                 return None
-            if q is qos and inputs.released > 0 and self.config.lend_paced:
-                qos_share_cpu = shares[qi] * capacity
-                wanted = min(demand + inputs.released, capacity)
-                lendable = max(
-                    0.0, min(wanted, qos_share_cpu) - min(demand, qos_share_cpu)
-                )
-                if not _same_float(lendable, inputs.lendable):
-                    return None
             if queue_cpu <= 0:
                 continue  # not shared: no grant before or now
             fill: dict[tuple[str, int], float] = {}
@@ -637,6 +635,40 @@ class LocalScheduler:
             for e in members:
                 if not _same_float(fill[e.key], granted[e.key]):
                     return None
+        if not uncapped_moved and qos not in moved:
+            return last
+        # What the rate caps release and the QoS share lent on for it: _fresh_split's
+        # sums in its order; the lending must be the same (it read the other queues' caps).
+        released = 0.0
+        if uncapped_moved:
+            for _e, s, key, _per, rate_cap in inputs.rows:
+                if rate_cap is not None:
+                    c = uncapped[key]
+                    if s.rate_cap * cycle < c:
+                        released += c - s.rate_cap * cycle
+        else:
+            released = inputs.released
+        lendable = 0.0
+        if released > 0 and self.config.lend_paced:
+            qos_share_cpu = shares[qi] * capacity
+            wanted = min(queue_demand[qi] + released, capacity)
+            lendable = max(
+                0.0, min(wanted, qos_share_cpu) - min(queue_demand[qi], qos_share_cpu)
+            )
+        if not _same_float(lendable, inputs.lendable):
+            return None
+        inputs.released = released
+        inputs.queue_demand = queue_demand
+        if last.available is None:
+            return last
+        # The uncapped estimates are the split's own output, computed afresh on the
+        # grants shown to be the same.
+        borrow = self.config.borrow_idle  # paced and not work-conserving here
+        available = self._available_uncapped(
+            inputs.by_queue[qos], uncapped, cap, queue_demand, released, capacity, full_cpu,
+            borrow,
+        )
+        last.available = available
         return last
 
     def _can_replay(self, cycle: float) -> bool:
@@ -766,8 +798,8 @@ class LocalScheduler:
                 full_cpu, borrow,
             )
         self._split_inputs = _SplitInputs(
-            cap, uncapped, by_queue, released, lendable, n_virtual, queue_idle, lent_virtual,
-            borrowed, rows,
+            cap, uncapped, by_queue, queue_demand, released, lendable, n_virtual, queue_idle,
+            lent_virtual, borrowed, rows,
         )
         return entries, granted, queue_cpu, virtual_idle, lent, capacity, available
 
