@@ -190,8 +190,11 @@ def simulate(
             admitted_before = next_job
             if measures:
                 # At each boundary, as the live global manager hears each node's status:
-                # work admitted at this boundary is measured at the next one.
+                # work admitted at this boundary is measured at the next one. Queues that
+                # are not work-conserving measure their share, always the same: once is
+                # enough (observing an unchanged rate does nothing).
                 _observe_capacity(gm, schedulers, q)
+                measures = cfg.work_conserving
             while next_job < len(jobs) and jobs[next_job].arrival <= now:
                 active += _admit(jobs[next_job], now, gm, schedulers, ctl, results)
                 next_job += 1

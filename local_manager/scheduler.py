@@ -169,7 +169,8 @@ class LeanCycle:
     """A cycle as :meth:`LocalScheduler.step_lean` returns it: ``used`` (Mcycles, the
     sum of the grants in entry order, as :attr:`CycleResult.used`), the grants of the
     grid QoS entries in entry order (``qos_granted``), the finished keys, one
-    :data:`BookedRow` per entry and what the virtual subtasks held idle (Mcycles)."""
+    :data:`BookedRow` per grid QoS entry and what the virtual subtasks held idle
+    (Mcycles)."""
 
     used: float
     qos_granted: list[float]
@@ -507,7 +508,8 @@ class LocalScheduler:
             last = self._last
             assert last is not None
             entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
-            out = self._book(real_time, cycle, entries, last.granted, last.available, None)
+            out = self._book(real_time, cycle, entries, last.granted, last.available, None,
+                             all_rows=False)
             self._seq += len(out.qos_granted)
             if out.finished:
                 self._last = None
@@ -525,7 +527,8 @@ class LocalScheduler:
         entries, granted, queue_cpu, virtual_idle, lent, capacity, available = (
             self._fresh_split(real_time, cycle)
         )
-        out = self._book(real_time, cycle, entries, granted, available, None, quiet_bound=True)
+        out = self._book(real_time, cycle, entries, granted, available, None, quiet_bound=True,
+                         all_rows=False)
         self._seq += len(out.qos_granted)
         out.virtual_idle = virtual_idle * 1.0
         if out.finished:
@@ -546,7 +549,8 @@ class LocalScheduler:
         self._last = held
         entries = held.entries
         assert entries is not None
-        out = self._book(real_time, cycle, entries, held.granted, held.available, None)
+        out = self._book(real_time, cycle, entries, held.granted, held.available, None,
+                         all_rows=False)
         self._seq += len(out.qos_granted)
         out.virtual_idle = held.virtual_idle * 1.0  # as the fresh split's cycle says it
         if out.finished:
@@ -1033,7 +1037,9 @@ class LocalScheduler:
         last cycle cannot be replayed.
         """
         last = self._last
-        if last is None or last.cycle != cycle:
+        if last is None or last.cycle != cycle or last.near_end:
+            # near_end: the quiet test failed on this split (an entry with a grant has
+            # less than its floor left), and work done only lowers what is left.
             return 0
         node = self.node
         bound = math.inf
@@ -1171,6 +1177,7 @@ class LocalScheduler:
         measured: Mapping[tuple[str, int], float] | None,
         repeat: int = 1,
         quiet_bound: bool = False,
+        all_rows: bool = True,
     ) -> LeanCycle:
         """The one booking loop of every cycle (:meth:`step`, :meth:`step_lean`,
         :meth:`fast_forward`): book ``repeat`` identical cycles of ``cycle`` s whose
@@ -1181,7 +1188,8 @@ class LocalScheduler:
         really did (replaces the grant in the work done and the clock). ``quiet_bound``
         (one cycle, no ``measured``): also find what :meth:`quiet_cycles` ``(cycle, 0)``
         will answer next cycle if ``granted`` becomes the last split (the same
-        arithmetic on the same figures, while the loop has them at hand)."""
+        arithmetic on the same figures, while the loop has them at hand). ``all_rows``
+        off: rows only for the grid QoS entries (what the simulator reads)."""
         m = float(repeat)
         bound = math.inf
         node = self.node
@@ -1231,12 +1239,12 @@ class LocalScheduler:
                 s.done_work = s.work
                 s.finish_time = real_time
                 finished.append(key)
-            a = g
             if e.queue is qos:
                 qos_granted.append(g)
-                if available is not None and key in available:
-                    a = available[key] * m
-            rows.append((e.queue, s.job_id, s.index, x, g, w, tv, done, a))
+                a = available[key] * m if available is not None and key in available else g
+                rows.append((qos, s.job_id, s.index, x, g, w, tv, done, a))
+            elif all_rows:
+                rows.append((e.queue, s.job_id, s.index, x, g, w, tv, done, g))
         out = LeanCycle(used, qos_granted, finished, rows)
         if quiet_bound:
             out.quiet = (
