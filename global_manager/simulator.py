@@ -182,6 +182,7 @@ def simulate(
     q = cfg.cycle
     active = 0  # subtasks placed and not finished
     stepping = cfg.step_every_cycle
+    sentinel: list[LocalScheduler] = []  # _quiet_span's first node to ask
     measures = gm.measures_capacity
     ingest = ctl.ingest_progress
     try:
@@ -227,7 +228,8 @@ def simulate(
                 break
             span = (
                 0 if stepping
-                else _quiet_span(now, q, cycles, cfg, schedulers, ctl, jobs, next_job, expiry)
+                else _quiet_span(now, q, cycles, cfg, schedulers, ctl, jobs, next_job, expiry,
+                                 sentinel)
             )
             if span >= 2:
                 # Nothing would change for ``span`` cycles: replay what stays quiet.
@@ -379,19 +381,30 @@ def _quiet_span(
     jobs: list[JobSpec],
     next_job: int,
     expiry: float | None = None,
+    sentinel: list[LocalScheduler] | None = None,
 ) -> int:
     """How many cycles from ``now`` can be replayed without changing any decision: no
     arrival, no expiry, no finish, no re-weighting, and no control window firing before
     their end.
-    A multiple of ``control_every``; 0 or 1 means step normally."""
+    A multiple of ``control_every``; 0 or 1 means step normally. ``sentinel``: a list
+    holding the node whose quiet test answered < 2 last (asked first, then updated)."""
+    if sentinel is None:
+        sentinel = []
     ce = cfg.control_every
     if not cfg.fast_forward or cycles % ce:
         return 0
+    if sentinel:
+        # The node that ended the last test first: it usually still does (the answer is
+        # the same whichever node is asked first).
+        sched = sentinel[0]
+        if len(sched) and sched.quiet_cycles(q) < 2:
+            return 0
     span = 1 << 30
     for sched in schedulers.values():
         if len(sched):
             span = min(span, sched.quiet_cycles(q))
             if span < 2:
+                sentinel[:] = [sched]
                 return 0
     if next_job < len(jobs):
         span = min(span, math.ceil((jobs[next_job].arrival - now) / q))

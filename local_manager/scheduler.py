@@ -507,7 +507,9 @@ class LocalScheduler:
         if self._can_replay(cycle):
             last = self._last
             assert last is not None
-            entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
+            entries = last.entries
+            if entries is None:
+                entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
             out = self._book(real_time, cycle, entries, last.granted, last.available, None,
                              all_rows=False)
             self._seq += len(out.qos_granted)
