@@ -14,9 +14,12 @@ public per-cycle path (:meth:`LocalScheduler.step`, progress report records,
 schedulers' lean path (:meth:`LocalScheduler.step_lean`: the same booking loop, its
 figures handed to :meth:`ControllerCore.ingest_progress` without records). Each node
 replays its last split while nothing that decides it changed (a countdown, not a test
-every cycle). ``SimConfig.fast_forward`` (on by default) also replays whole quiet
-stretches of the grid (:func:`_replay_stretch`): the clocks summed cycle by cycle and
-every control period checked on them, so the bytes stay stepping's.
+every cycle), and, in the lean mode only, through cycles in which entries near their end
+move their caps when the split is shown to be the same to the bit
+(``SimConfig.replay_near_end``; the reference computes those splits afresh).
+``SimConfig.fast_forward`` (on by default) also replays whole quiet stretches of the
+grid (:func:`_replay_stretch`): the clocks summed cycle by cycle and every control
+period checked on them, so the bytes stay stepping's.
 
 With ``SimConfig.queue == "wait"`` strict jobs that do not fit wait in the global
 manager's pending queue; each step, after the arrivals, one placement cycle
