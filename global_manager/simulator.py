@@ -14,9 +14,12 @@ public per-cycle path (:meth:`LocalScheduler.step`, progress report records,
 schedulers' lean path (:meth:`LocalScheduler.step_lean`: the same booking loop, its
 figures handed to :meth:`ControllerCore.ingest_progress` without records). Each node
 replays its last split while nothing that decides it changed (a countdown, not a test
-every cycle). ``SimConfig.fast_forward`` (on by default) also replays whole quiet
-stretches of the grid (:func:`_replay_stretch`): the clocks summed cycle by cycle and
-every control period checked on them, so the bytes stay stepping's.
+every cycle), and, in the lean mode only, through cycles in which entries near their end
+move their caps when the split is shown to be the same to the bit
+(``SimConfig.replay_near_end``; the reference computes those splits afresh).
+``SimConfig.fast_forward`` (on by default) also replays whole quiet stretches of the
+grid (:func:`_replay_stretch`): the clocks summed cycle by cycle and every control
+period checked on them, so the bytes stay stepping's.
 
 With ``SimConfig.queue == "wait"`` strict jobs that do not fit wait in the global
 manager's pending queue; each step, after the arrivals, one placement cycle
@@ -162,6 +165,8 @@ def simulate(
     placement_seconds = 0.0
     local_cfg = cfg.local_config(pol)
     schedulers = {n.name: LocalScheduler(n, local_cfg) for n in workload.nodes}
+    for sched in schedulers.values():
+        sched.replay_near_end = cfg.replay_near_end
     ctl = ControllerCore(
         pol.controller_config,
         pol.controller,
@@ -180,6 +185,7 @@ def simulate(
     q = cfg.cycle
     active = 0  # subtasks placed and not finished
     stepping = cfg.step_every_cycle
+    sentinel: list[LocalScheduler] = []  # _quiet_span's first node to ask
     measures = gm.measures_capacity
     ingest = ctl.ingest_progress
     try:
@@ -188,8 +194,11 @@ def simulate(
             admitted_before = next_job
             if measures:
                 # At each boundary, as the live global manager hears each node's status:
-                # work admitted at this boundary is measured at the next one.
+                # work admitted at this boundary is measured at the next one. Queues that
+                # are not work-conserving measure their share, always the same: once is
+                # enough (observing an unchanged rate does nothing).
                 _observe_capacity(gm, schedulers, q)
+                measures = cfg.work_conserving
             while next_job < len(jobs) and jobs[next_job].arrival <= now:
                 active += _admit(jobs[next_job], now, gm, schedulers, ctl, results)
                 next_job += 1
@@ -222,7 +231,8 @@ def simulate(
                 break
             span = (
                 0 if stepping
-                else _quiet_span(now, q, cycles, cfg, schedulers, ctl, jobs, next_job, expiry)
+                else _quiet_span(now, q, cycles, cfg, schedulers, ctl, jobs, next_job, expiry,
+                                 sentinel)
             )
             if span >= 2:
                 # Nothing would change for ``span`` cycles: replay what stays quiet.
@@ -374,19 +384,30 @@ def _quiet_span(
     jobs: list[JobSpec],
     next_job: int,
     expiry: float | None = None,
+    sentinel: list[LocalScheduler] | None = None,
 ) -> int:
     """How many cycles from ``now`` can be replayed without changing any decision: no
     arrival, no expiry, no finish, no re-weighting, and no control window firing before
     their end.
-    A multiple of ``control_every``; 0 or 1 means step normally."""
+    A multiple of ``control_every``; 0 or 1 means step normally. ``sentinel``: a list
+    holding the node whose quiet test answered < 2 last (asked first, then updated)."""
+    if sentinel is None:
+        sentinel = []
     ce = cfg.control_every
     if not cfg.fast_forward or cycles % ce:
         return 0
+    if sentinel:
+        # The node that ended the last test first: it usually still does (the answer is
+        # the same whichever node is asked first).
+        sched = sentinel[0]
+        if len(sched) and sched.quiet_cycles(q) < 2:
+            return 0
     span = 1 << 30
     for sched in schedulers.values():
         if len(sched):
             span = min(span, sched.quiet_cycles(q))
             if span < 2:
+                sentinel[:] = [sched]
                 return 0
     if next_job < len(jobs):
         span = min(span, math.ceil((jobs[next_job].arrival - now) / q))

@@ -169,7 +169,8 @@ class LeanCycle:
     """A cycle as :meth:`LocalScheduler.step_lean` returns it: ``used`` (Mcycles, the
     sum of the grants in entry order, as :attr:`CycleResult.used`), the grants of the
     grid QoS entries in entry order (``qos_granted``), the finished keys, one
-    :data:`BookedRow` per entry and what the virtual subtasks held idle (Mcycles)."""
+    :data:`BookedRow` per grid QoS entry and what the virtual subtasks held idle
+    (Mcycles)."""
 
     used: float
     qos_granted: list[float]
@@ -180,7 +181,40 @@ class LeanCycle:
     quiet: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
+class _SplitInputs:
+    """What a fresh split (:meth:`LocalScheduler._fresh_split`) read of the entries' work
+    left and which of its steps read their caps: kept so that a later cycle in which
+    only some caps moved (an entry near its end) can be shown to split the same
+    (:meth:`LocalScheduler._near_end_split`). CPU in Mcycles per cycle. Mutable: the
+    proof brings ``cap`` up to date as it goes (a split it fails on is dropped)."""
+
+    #: Each running entry's CPU cap (its cores at full speed or its work left, and its
+    #: rate cap under pace control), by key.
+    cap: dict[tuple[str, int], float]
+    #: Under pace control, each rate-capped entry's cap before its rate cap.
+    uncapped: dict[tuple[str, int], float]
+    by_queue: Mapping[QueueName, list[_Entry]]
+    #: Each queue's demand (capped by the node's capacity), in queue order.
+    queue_demand: list[float]
+    #: The QoS demand the rate caps held back, and the QoS share lent on for it.
+    released: float
+    lendable: float
+    #: Virtual subtasks counted in the QoS queue's demand (not paced).
+    n_virtual: int
+    #: What each queue's virtual subtasks held (Mcycles).
+    queue_idle: Mapping[QueueName, float]
+    #: Whether the work-conserving virtual subtasks lent to the best-effort queue, and
+    #: whether idle CPU was lent to the QoS queue (both read those queues' caps).
+    lent_virtual: bool
+    borrowed: bool
+    #: Per running entry in order: the entry, its subtask, its key, its cores at full
+    #: speed for the cycle and, when pace control caps it, its rate cap for the cycle
+    #: (Mcycles; the factors of :meth:`LocalScheduler._fresh_split`'s cap).
+    rows: list[tuple[_Entry, Subtask, tuple[str, int], float, float | None]]
+
+
+@dataclass(slots=True)
 class _LastCycle:
     cycle: float
     granted: Mapping[tuple[str, int], float]
@@ -188,6 +222,18 @@ class _LastCycle:
     virtual_idle: float
     lent: float
     available: Mapping[tuple[str, int], float] | None = None
+    #: What the split read (``None``: not kept; :meth:`LocalScheduler.step` keeps none).
+    inputs: _SplitInputs | None = None
+    #: Replayed by :meth:`LocalScheduler._near_end_split` (an entry is near its end: the
+    #: quiet test fails until the split is dropped).
+    near_end: bool = False
+    #: The running entries, in order (kept with ``inputs``).
+    entries: list[_Entry] | None = None
+
+
+def _same_float(a: float, b: float) -> bool:
+    """Whether two floats are the same number, the sign of a zero included."""
+    return a == b and (a != 0.0 or math.copysign(1.0, a) == math.copysign(1.0, b))
 
 
 class _Entry:
@@ -235,6 +281,13 @@ class LocalScheduler:
         self._fill_cache: dict[
             tuple[QueueName, bool], tuple[float, list[float], list[float], list[float]]
         ] = {}
+        # What the last fresh split read (_fresh_split; kept by step_lean in _LastCycle).
+        self._split_inputs: _SplitInputs | None = None
+        #: :meth:`step_lean` replays the last split through cycles in which an entry near
+        #: its end moved its cap when the split is shown to be the same
+        #: (:meth:`_near_end_split`); off: such cycles compute the split afresh. The
+        #: simulator's switch (``SimConfig.replay_near_end``); :meth:`step` never does.
+        self.replay_near_end = True
 
     # ----------------------------------------------------------------- membership
     def add(self, subtask: Subtask, now: float) -> None:
@@ -438,32 +491,191 @@ class LocalScheduler:
     def step_lean(self, real_time: float, cycle: float) -> LeanCycle:
         """:meth:`step` for the simulator: the same cycle with the same arithmetic (one
         booking loop, :meth:`_book`), returned as plain figures instead of grant and
-        report records. The scheduler's state afterwards is the one :meth:`step` leaves."""
+        report records. The scheduler's state afterwards is the one :meth:`step` leaves.
+
+        Beyond :meth:`step`'s replays, a cycle in which only the caps of entries near
+        their end moved replays the last split when :meth:`_near_end_split` shows the
+        split would be the same to the bit (``replay_near_end``)."""
+        last = self._last
+        if last is not None and last.near_end and last.cycle == cycle:
+            # The quiet test failed on the last cycle already (an entry near its end);
+            # it fails until a finish or a change drops the split: go to the proof.
+            held = self._near_end_split(cycle) if self.replay_near_end else None
+            if held is None:
+                return self._fresh_lean(real_time, cycle)
+            return self._replay_lean(held, real_time, cycle)
         if self._can_replay(cycle):
             last = self._last
             assert last is not None
-            entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
-            out = self._book(real_time, cycle, entries, last.granted, last.available, None)
+            entries = last.entries
+            if entries is None:
+                entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
+            out = self._book(real_time, cycle, entries, last.granted, last.available, None,
+                             all_rows=False)
             self._seq += len(out.qos_granted)
             if out.finished:
                 self._last = None
             else:
                 out.virtual_idle = last.virtual_idle * 1.0
             return out
+        if self.replay_near_end and last is not None and last.inputs is not None:
+            held = self._near_end_split(cycle)
+            if held is not None:
+                return self._replay_lean(held, real_time, cycle)
+        return self._fresh_lean(real_time, cycle)
+
+    def _fresh_lean(self, real_time: float, cycle: float) -> LeanCycle:
+        """:meth:`step_lean`'s cycle with a split computed afresh."""
         entries, granted, queue_cpu, virtual_idle, lent, capacity, available = (
             self._fresh_split(real_time, cycle)
         )
-        out = self._book(real_time, cycle, entries, granted, available, None, quiet_bound=True)
+        out = self._book(real_time, cycle, entries, granted, available, None, quiet_bound=True,
+                         all_rows=False)
         self._seq += len(out.qos_granted)
         out.virtual_idle = virtual_idle * 1.0
         if out.finished:
             self._last = None
         else:
-            self._last = _LastCycle(cycle, granted, queue_cpu, virtual_idle, lent, available)
+            self._last = _LastCycle(
+                cycle, granted, queue_cpu, virtual_idle, lent, available, self._split_inputs,
+                entries=entries,
+            )
             # quiet_cycles(cycle, 0) of the next cycle, already known (nothing changes the
             # state it reads but what also drops _last: add, remove, re-weight).
             self._quiet_next = (self._last, out.quiet)
         return out
+
+    def _replay_lean(self, held: _LastCycle, real_time: float, cycle: float) -> LeanCycle:
+        """:meth:`step_lean`'s cycle with the split ``held`` (shown to be this cycle's by
+        :meth:`_near_end_split`), which becomes the last split."""
+        self._last = held
+        entries = held.entries
+        assert entries is not None
+        out = self._book(real_time, cycle, entries, held.granted, held.available, None,
+                         all_rows=False)
+        self._seq += len(out.qos_granted)
+        out.virtual_idle = held.virtual_idle * 1.0  # as the fresh split's cycle says it
+        if out.finished:
+            self._last = None
+        return out
+
+    def _near_end_split(self, cycle: float) -> _LastCycle | None:
+        """The last split as this cycle's, when it is shown to be what
+        :meth:`_fresh_split` would compute now, to the bit; ``None`` when that is not
+        shown (then compute it).
+
+        Nothing that decides the split changed since it was computed but the work the
+        entries did (any add, remove, re-weight or finish drops the last split), so only
+        the caps of entries with less than a full-speed cycle of work left can have moved.
+        The proof, for queues that are not work-conserving: the rate-capped entries'
+        caps before their rate caps did not move (so neither did what the caps release,
+        nor the uncapped estimates they feed); in each queue where a cap moved, the
+        queue's demand (the same sum in the same order) gives the queue the same CPU, no
+        step that reads the queue's caps besides its own water filling ran (lending to
+        it, borrowing idle CPU into it, the uncapped estimates of the QoS queue, DRF),
+        and that water filling, computed again on the new caps, gives every entry and
+        the virtual subtasks the same figures. Every other step of the split reads the
+        same numbers as before, so it does the same operations on them."""
+        last = self._last
+        if last is None or last.cycle != cycle or self.config.work_conserving:
+            return None
+        inputs = last.inputs
+        if inputs is None:
+            return None
+        cap = inputs.cap
+        uncapped = inputs.uncapped
+        copysign = math.copysign
+        moved: list[QueueName] = []
+        uncapped_moved = False
+        for e, s, key, per, rate_cap in inputs.rows:
+            # _fresh_split's cap, the same arithmetic.
+            left = s.work - s.done_work
+            c = left if left < per else per
+            if rate_cap is not None:
+                u = uncapped[key]
+                if c != u or (c == 0.0 and copysign(1.0, c) != copysign(1.0, u)):
+                    uncapped[key] = c
+                    uncapped_moved = True
+                if rate_cap < c:
+                    c = rate_cap
+            o = cap[key]
+            if c != o or (c == 0.0 and copysign(1.0, c) != copysign(1.0, o)):
+                cap[key] = c
+                if e.queue not in moved:
+                    moved.append(e.queue)
+        last.near_end = True
+        if not moved and not uncapped_moved:
+            return last
+        node = self.node
+        full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle
+        capacity = node.cpu_rate * cycle
+        shares = self._queue_shares
+        qos = QueueName.QOS
+        qi = _QUEUES.index(qos)
+        queue_demand = list(inputs.queue_demand)
+        for q in moved:
+            members = inputs.by_queue[q]
+            if q is qos:
+                if inputs.borrowed:
+                    return None
+            elif inputs.lendable > 0 or (q is QueueName.BEST_EFFORT and inputs.lent_virtual):
+                return None
+            for e in members:
+                if not e.cpu_only:
+                    return None
+            d = sum(cap[e.key] for e in members)
+            if q is qos:
+                d += capacity * inputs.n_virtual
+            qn = _QUEUES.index(q)
+            demand = queue_demand[qn] = min(d, capacity)
+            queue_cpu = min(demand, shares[qn] * capacity)  # _split_queues, not conserving
+            if not _same_float(queue_cpu, last.queue_cpu[q]):
+                return None
+            if queue_cpu <= 0:
+                continue  # not shared: no grant before or now
+            fill: dict[tuple[str, int], float] = {}
+            idle = self._share_queue(members, queue_cpu, cap, q, full_cpu, capacity, fill)
+            if not _same_float(idle, inputs.queue_idle[q]):
+                return None
+            granted = last.granted
+            for e in members:
+                if not _same_float(fill[e.key], granted[e.key]):
+                    return None
+        if not uncapped_moved and qos not in moved:
+            return last
+        # What the rate caps release and the QoS share lent on for it: _fresh_split's
+        # sums in its order; the lending must be the same (it read the other queues' caps).
+        released = 0.0
+        if uncapped_moved:
+            for _e, s, key, _per, rate_cap in inputs.rows:
+                if rate_cap is not None:
+                    c = uncapped[key]
+                    if s.rate_cap * cycle < c:
+                        released += c - s.rate_cap * cycle
+        else:
+            released = inputs.released
+        lendable = 0.0
+        if released > 0 and self.config.lend_paced:
+            qos_share_cpu = shares[qi] * capacity
+            wanted = min(queue_demand[qi] + released, capacity)
+            lendable = max(
+                0.0, min(wanted, qos_share_cpu) - min(queue_demand[qi], qos_share_cpu)
+            )
+        if not _same_float(lendable, inputs.lendable):
+            return None
+        inputs.released = released
+        inputs.queue_demand = queue_demand
+        if last.available is None:
+            return last
+        # The uncapped estimates are the split's own output, computed afresh on the
+        # grants shown to be the same.
+        borrow = self.config.borrow_idle  # paced and not work-conserving here
+        available = self._available_uncapped(
+            inputs.by_queue[qos], uncapped, cap, queue_demand, released, capacity, full_cpu,
+            borrow,
+        )
+        last.available = available
+        return last
 
     def _can_replay(self, cycle: float) -> bool:
         """Whether the last cycle's split holds for one more cycle of ``cycle`` s
@@ -511,6 +723,7 @@ class LocalScheduler:
         paced = self.config.virtual_mode is VirtualSubtaskMode.PACED
         released = 0.0  # QoS demand (Mcycles) the rate caps hold back this cycle
         uncapped: dict[tuple[str, int], float] = {}  # demand of capped entries without cap
+        rows: list[tuple[_Entry, Subtask, tuple[str, int], float, float | None]] = []
         for e in entries:
             s = e.subtask
             by_queue[e.queue].append(e)
@@ -518,15 +731,18 @@ class LocalScheduler:
             per = full_cpu if cores == 1.0 else min(cores, node.cores) * node.speed_mhz * cycle
             left = s.work - s.done_work
             c = left if left < per else per
+            rate_cap = None
             if paced:
                 if s.rate_cap > 0:
                     uncapped[e.key] = c
+                    rate_cap = s.rate_cap * cycle
                 if s.rate_cap > 0 and s.rate_cap * cycle < c:
                     released += c - s.rate_cap * cycle
                     c = s.rate_cap * cycle
             elif s.virtual_weight > 0 and e.queue is QueueName.QOS:
                 n_virtual += 1
             cap[e.key] = c
+            rows.append((e, s, e.key, per, rate_cap))
 
         queue_demand: list[float] = []
         for q in _QUEUES:
@@ -552,15 +768,19 @@ class LocalScheduler:
 
         granted: dict[tuple[str, int], float] = {}
         virtual_idle = 0.0
+        queue_idle: dict[QueueName, float] = {}
         for q in _QUEUES:
             members = by_queue[q]
             if not members or queue_cpu[q] <= 0:
                 continue
             idle = self._share_queue(members, queue_cpu[q], cap, q, full_cpu, capacity, granted)
+            queue_idle[q] = idle
             virtual_idle += idle
 
         lent = 0.0
+        lent_virtual = False
         if self.config.virtual_mode is VirtualSubtaskMode.WORK_CONSERVING and virtual_idle > 0:
+            lent_virtual = True
             lent = self._lend(
                 by_queue[QueueName.BEST_EFFORT], virtual_idle, cap, granted
             )
@@ -570,9 +790,11 @@ class LocalScheduler:
             lent_from_qos = self._lend_to_queues(by_queue, lendable, cap, granted)
             lent += lent_from_qos
         borrow = paced and self.config.borrow_idle and not self.config.work_conserving
+        borrowed = False
         if borrow:
             idle = capacity - sum(queue_cpu.values()) - lent
             if idle > 1e-9 * capacity:
+                borrowed = True
                 lent += self._lend(by_queue[QueueName.QOS], idle, cap, granted)
 
         available: dict[tuple[str, int], float] | None = None
@@ -581,6 +803,10 @@ class LocalScheduler:
                 by_queue[QueueName.QOS], uncapped, cap, queue_demand, released, capacity,
                 full_cpu, borrow,
             )
+        self._split_inputs = _SplitInputs(
+            cap, uncapped, by_queue, queue_demand, released, lendable, n_virtual, queue_idle,
+            lent_virtual, borrowed, rows,
+        )
         return entries, granted, queue_cpu, virtual_idle, lent, capacity, available
 
     def _available_uncapped(
@@ -813,7 +1039,9 @@ class LocalScheduler:
         last cycle cannot be replayed.
         """
         last = self._last
-        if last is None or last.cycle != cycle:
+        if last is None or last.cycle != cycle or last.near_end:
+            # near_end: the quiet test failed on this split (an entry with a grant has
+            # less than its floor left), and work done only lowers what is left.
             return 0
         node = self.node
         bound = math.inf
@@ -951,6 +1179,7 @@ class LocalScheduler:
         measured: Mapping[tuple[str, int], float] | None,
         repeat: int = 1,
         quiet_bound: bool = False,
+        all_rows: bool = True,
     ) -> LeanCycle:
         """The one booking loop of every cycle (:meth:`step`, :meth:`step_lean`,
         :meth:`fast_forward`): book ``repeat`` identical cycles of ``cycle`` s whose
@@ -961,7 +1190,8 @@ class LocalScheduler:
         really did (replaces the grant in the work done and the clock). ``quiet_bound``
         (one cycle, no ``measured``): also find what :meth:`quiet_cycles` ``(cycle, 0)``
         will answer next cycle if ``granted`` becomes the last split (the same
-        arithmetic on the same figures, while the loop has them at hand)."""
+        arithmetic on the same figures, while the loop has them at hand). ``all_rows``
+        off: rows only for the grid QoS entries (what the simulator reads)."""
         m = float(repeat)
         bound = math.inf
         node = self.node
@@ -1011,12 +1241,12 @@ class LocalScheduler:
                 s.done_work = s.work
                 s.finish_time = real_time
                 finished.append(key)
-            a = g
             if e.queue is qos:
                 qos_granted.append(g)
-                if available is not None and key in available:
-                    a = available[key] * m
-            rows.append((e.queue, s.job_id, s.index, x, g, w, tv, done, a))
+                a = available[key] * m if available is not None and key in available else g
+                rows.append((qos, s.job_id, s.index, x, g, w, tv, done, a))
+            elif all_rows:
+                rows.append((e.queue, s.job_id, s.index, x, g, w, tv, done, g))
         out = LeanCycle(used, qos_granted, finished, rows)
         if quiet_bound:
             out.quiet = (

@@ -82,3 +82,37 @@ def test_the_reference_mode_is_not_the_lean_path() -> None:
     finally:
         messages.ProgressReport.__init__ = real  # type: ignore[method-assign]
     assert counts[0] == 0 < counts[1]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    nodes=st.integers(1, 4),
+    jobs=st.integers(1, 14),
+    lam=st.sampled_from([5.0, 30.0, 120.0]),
+    calibration=st.sampled_from(["expected", "literal"]),
+    policy=st.sampled_from(sorted(policies.names())),
+    control_every=st.integers(1, 2),
+    queue=st.sampled_from(["reject", "wait"]),
+)
+def test_the_near_end_replay_gives_the_results_of_fresh_splits(
+    seed: int, nodes: int, jobs: int, lam: float, calibration: str, policy: str,
+    control_every: int, queue: str,
+) -> None:
+    # Queues that are not work-conserving (the paper's): where the replay applies.
+    workload = generate(
+        PaperWorkloadParams(nodes=nodes, mean_interarrival=lam, jobs=jobs,
+                            subtask_time_range=(60.0, 400.0),
+                            calibration=Calibration(calibration)),
+        seed=seed,
+    )
+    on, off = (
+        simulate(workload, get_policy(policy), seed=seed, keep_records=True,
+                 config=SimConfig(replay_near_end=replay, work_conserving=False,
+                                  control_every=control_every, queue=queue,  # type: ignore[arg-type]
+                                  rate_per_weight=12.5))
+        for replay in (True, False)
+    )
+    assert off.cycles > 0 or not off.jobs
+    assert on.to_json() == off.to_json()
+    assert on.records == off.records
