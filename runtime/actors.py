@@ -282,7 +282,7 @@ class LocalManagerActor:
         # another node's manager on this machine (emulated nodes, several raylets on one
         # host) when Ray restarts it.
         keep = _checkpointed_tags(ckpt) if ckpt is not None else set()
-        self.reaped = len(reap_stale_subtasks(keep_tags=keep))
+        self.reaped = len(reap_stale_subtasks(keep_tags=keep, own_restart_file=ckpt))
         self.node = node
         self.config = config
         self.real = make_real_clock(config.ntp_servers)

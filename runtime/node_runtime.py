@@ -55,6 +55,7 @@ recorder itself was SIGKILLed) it fails, and the reason says the status was lost
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import queue
 import secrets
@@ -177,7 +178,13 @@ class NodeRuntime:
         self.on_finish = on_finish
         self.incarnation = new_incarnation() if incarnation is None else incarnation
         self.output_dir = output_dir
-        self._process_factory = process_factory or _default_process_factory
+        # Real processes (not a test's factory): they carry this node's checkpoint as
+        # their restart file, so that sweeps by other managers on the machine leave them
+        # to this node's restarted manager (see reap_stale_subtasks).
+        self._own_processes = process_factory is None
+        self._process_factory = process_factory or functools.partial(
+            _default_process_factory, restart_file=checkpoint
+        )
         self._monotonic = monotonic
         policy = config.get_policy()
         self.scheduler = LocalScheduler(
@@ -654,13 +661,14 @@ class NodeRuntime:
             if rec is not None and rec.state is SubtaskPhase.RUNNING:
                 rec.state = SubtaskPhase.CANCELLED
         self._procs.clear()
-        if self._process_factory is _default_process_factory:
+        if self._own_processes:
             # Also the subtasks orphaned by a local manager that was killed on this node
-            # (their owner is gone): `coalloc down` leaves none behind.
+            # (their owner is gone): `coalloc down` leaves none behind. Those of another
+            # node's manager that Ray is restarting stay for it to re-attach.
             from local_manager.process_executor import reap_stale_subtasks
 
             try:
-                reap_stale_subtasks()
+                reap_stale_subtasks(own_restart_file=self.checkpoint)
             except Exception:  # noqa: BLE001 - best effort while shutting down
                 pass
 
@@ -735,9 +743,14 @@ def _subtask_dict(placed: Subtask, live: Subtask) -> dict[str, Any]:
     return d
 
 
-def _default_process_factory(argv: tuple[str, ...], speed_mhz: float, output: Path | None) -> Any:
+def _default_process_factory(
+    argv: tuple[str, ...], speed_mhz: float, output: Path | None,
+    restart_file: Path | None = None,
+) -> Any:
+    """A real process subtask; ``restart_file``: its node's checkpoint (None: none)."""
     from local_manager.process_executor import ProcessExecutor
 
     return ProcessExecutor(
-        list(argv), speed_mhz=speed_mhz, stdout=output, stderr=output, grace_s=1.0
+        list(argv), speed_mhz=speed_mhz, stdout=output, stderr=output, grace_s=1.0,
+        restart_file=restart_file,
     )
