@@ -36,7 +36,7 @@ from runtime.config import (
 from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
 from runtime.journal import journal_files
-from runtime.node_host import node_handle
+from runtime.node_host import HostedNode, node_handle
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
 from workloads.messages import JobRegistration, SubtaskOutcome
@@ -532,11 +532,17 @@ class GlobalManagerActor:
                         self.local_managers[node].cancel.remote(run_id)
                 except Exception:  # noqa: BLE001 - asked again next time
                     log.exception("reconcile with %s", node)
+            answered = set()
             for ref in refs:
                 if ref not in ready:
                     last_error.setdefault(refs[ref], "no answer")
+                elif refs[ref] not in last_error:
+                    answered.add(refs[ref])
             try:
-                self.service.check_nodes(last_error)
+                restarting = self._restarting(
+                    [n for n in names if n not in answered], last_error
+                )
+                self.service.check_nodes(last_error, restarting)
                 self.metrics.state(self.service.gauges())
             except Exception:  # noqa: BLE001
                 log.exception("node check failed")
@@ -544,6 +550,30 @@ class GlobalManagerActor:
                 self.service.checkpoint_journal()  # off the writers' path
             except Exception:  # noqa: BLE001 - a journal write checkpoints in the end
                 log.exception("journal checkpoint failed")
+
+    def _restarting(self, nodes: list[str], last_error: Mapping[str, str]) -> set[str]:
+        """Those of ``nodes`` (which did not answer) whose local manager's actor Ray is
+        restarting: its state in Ray's actor table (GCS) is ``RESTARTING``. Should that
+        table not answer, the kind of the last failed call says it: Ray raises
+        ``ActorUnavailableError`` for an actor that may come back (restarting),
+        ``ActorDiedError`` for one that will not; a call that only timed out says
+        nothing (a hung manager)."""
+        if not nodes:
+            return set()
+        import ray
+
+        out: set[str] = set()
+        for node in nodes:
+            try:
+                handle = self.local_managers[node]
+                actor = handle.host if isinstance(handle, HostedNode) else handle
+                info = ray._private.state.actors(actor_id=actor._actor_id.hex())
+                if info.get("State") == "RESTARTING":
+                    out.add(node)
+            except Exception:  # noqa: BLE001 - the table did not answer: the error's kind
+                if last_error.get(node) == "ActorUnavailableError":
+                    out.add(node)
+        return out
 
     def ready(self) -> dict[str, Any]:
         return {
