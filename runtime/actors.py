@@ -456,6 +456,7 @@ class GlobalManagerActor:
             self.metrics,
         )
         self.reconciled = 0
+        self._restart_seen: set[str] = set()  # nodes Ray restarts, until they answer
         self._stop = threading.Event()
         self._monitor = threading.Thread(
             target=self._monitor_loop, name="coalloc-gm-monitor", daemon=True
@@ -523,6 +524,7 @@ class GlobalManagerActor:
                     last_error[node] = type(exc).__name__
                     continue
                 last_error.pop(node, None)
+                self._restart_seen.discard(node)
                 self.service.node_answered(node, bool(st.get("loop_alive", st.get("running"))))
                 self.service.observe_qos_capacity(node, st.get("qos_capacity"))
                 try:
@@ -552,28 +554,31 @@ class GlobalManagerActor:
                 log.exception("journal checkpoint failed")
 
     def _restarting(self, nodes: list[str], last_error: Mapping[str, str]) -> set[str]:
-        """Those of ``nodes`` (which did not answer) whose local manager's actor Ray is
-        restarting: its state in Ray's actor table (GCS) is ``RESTARTING``. Should that
-        table not answer, the kind of the last failed call says it: Ray raises
-        ``ActorUnavailableError`` for an actor that may come back (restarting),
-        ``ActorDiedError`` for one that will not; a call that only timed out says
-        nothing (a hung manager)."""
+        """Those of ``nodes`` (which did not answer) whose local manager Ray has been
+        restarting since they last answered. Seen either way: its state in Ray's actor
+        table (GCS) was ``RESTARTING`` at some check, or a call to it failed with
+        ``ActorUnavailableError`` (Ray's "may come back"; ``ActorDiedError`` is "will
+        not", a call that only timed out says nothing: a hung manager). Kept until the
+        node answers: the restarted actor is ``ALIVE`` in the table a while before
+        calls reach it on a loaded machine (the caller learns its new address late)."""
         if not nodes:
             return set()
         import ray
 
-        out: set[str] = set()
         for node in nodes:
+            if last_error.get(node) == "ActorUnavailableError":
+                self._restart_seen.add(node)
+            if node in self._restart_seen:
+                continue
             try:
                 handle = self.local_managers[node]
                 actor = handle.host if isinstance(handle, HostedNode) else handle
                 info = ray._private.state.actors(actor_id=actor._actor_id.hex())
-                if info.get("State") == "RESTARTING":
-                    out.add(node)
-            except Exception:  # noqa: BLE001 - the table did not answer: the error's kind
-                if last_error.get(node) == "ActorUnavailableError":
-                    out.add(node)
-        return out
+            except Exception:  # noqa: BLE001 - the table did not answer: the error says
+                continue
+            if info.get("State") == "RESTARTING":
+                self._restart_seen.add(node)
+        return self._restart_seen.intersection(nodes)
 
     def ready(self) -> dict[str, Any]:
         return {
