@@ -55,7 +55,6 @@ recorder itself was SIGKILLed) it fails, and the reason says the status was lost
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import queue
 import secrets
@@ -182,9 +181,7 @@ class NodeRuntime:
         # their restart file, so that sweeps by other managers on the machine leave them
         # to this node's restarted manager (see reap_stale_subtasks).
         self._own_processes = process_factory is None
-        self._process_factory = process_factory or functools.partial(
-            _default_process_factory, restart_file=checkpoint
-        )
+        self._process_factory = process_factory or self._real_process
         self._monotonic = monotonic
         policy = config.get_policy()
         self.scheduler = LocalScheduler(
@@ -221,8 +218,12 @@ class NodeRuntime:
         self.running = False
         self.error: str | None = None
         self.checkpoint = checkpoint
+        self._checkpoint_made = False  # written once by this process
         #: The last idle state written (boundary left out; None: not idle).
         self._idle_written: dict[str, Any] | None = None
+
+    def _real_process(self, argv: tuple[str, ...], speed_mhz: float, output: Path | None) -> Any:
+        return _default_process_factory(argv, speed_mhz, output, restart_file=self.checkpoint)
 
     # ----------------------------------------------------------------- checkpoint
     def checkpoint_state(self) -> dict[str, Any]:
@@ -267,6 +268,11 @@ class NodeRuntime:
         needs it only for subtasks (an idle node costs no fsync per cycle)."""
         if self.checkpoint is None:
             return
+        if self._checkpoint_made and not self.checkpoint.exists():
+            # `down` removed it (this manager did not answer its shutdown, e.g. it was
+            # stopped, and runs on until Ray's kill lands): a restart file is made once
+            # and then only replaced, never made again.
+            return
         state = self.checkpoint_state()
         idle = None if state["subtasks"] else dict(state, boundary=None)
         if idle is not None and idle == self._idle_written:
@@ -276,6 +282,7 @@ class NodeRuntime:
         except (OSError, ValueError):
             self.counters["checkpoint_errors"] += 1
             return
+        self._checkpoint_made = True
         self._idle_written = idle
 
     def restore(self, data: dict[str, Any], attach: Callable[[dict[str, Any]], Any]) -> int:
