@@ -57,7 +57,8 @@ Cleanup
     code can); every subtask process therefore carries :data:`OWNER_ENV` and
     :data:`TAG_ENV` in its environment, and :func:`reap_stale_subtasks` (called by a new
     owner at start-up) kills those whose owner is gone, with their descendants and their
-    cgroup, except those being re-attached.
+    cgroup, except those being re-attached and those their owner's restart file still
+    holds for its restart (``restart_file``; :func:`awaiting_reattach_removed`).
 
 Exit status
     The command is started through :mod:`local_manager.exit_recorder`: a small Python
