@@ -42,6 +42,10 @@ OWNER_ENV = "COALLOC_EXECUTOR_OWNER"
 #: Environment variable every subtask process carries: the subtask's tag (random hex),
 #: inherited by every descendant that keeps its environment (``setsid`` children too).
 TAG_ENV = "COALLOC_SUBTASK_TAG"
+#: Environment variable a subtask process carries when its owner is restarted after a
+#: crash: the owner's restart file (absolute path), which names (by tag) the subtasks the
+#: restarted owner re-attaches. Until it does, sweeps by other owners leave them alone.
+RESTART_FILE_ENV = "COALLOC_RESTART_FILE"
 #: Two create times (s) closer than this name the same process (psutil derives them from
 #: 10 ms clock ticks and the boot time; a recycled pid starts much later).
 SAME_PROCESS_S = 0.05

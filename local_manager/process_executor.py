@@ -57,7 +57,8 @@ Cleanup
     code can); every subtask process therefore carries :data:`OWNER_ENV` and
     :data:`TAG_ENV` in its environment, and :func:`reap_stale_subtasks` (called by a new
     owner at start-up) kills those whose owner is gone, with their descendants and their
-    cgroup, except those being re-attached.
+    cgroup, except those being re-attached and those their owner's restart file still
+    holds for its restart (``restart_file``; :func:`awaiting_reattach_removed`).
 
 Exit status
     The command is started through :mod:`local_manager.exit_recorder`: a small Python
@@ -136,6 +137,7 @@ from local_manager.pacer import DEFAULT_PERIOD_S, DutyCyclePacer, positive
 from local_manager.proc_tree import (
     OWNER_ENV,
     PSUTIL,
+    RESTART_FILE_ENV,
     TAG_ENV,
     ProcessTable,
     ProcSample,
@@ -157,7 +159,9 @@ __all__ = [
     "DEFAULT_PERIOD_S",
     "DEFAULT_RESCAN_S",
     "OWNER_ENV",
+    "REATTACH_WAIT_S",
     "RECORD_VERSION",
+    "RESTART_FILE_ENV",
     "TAG_ENV",
     "Containment",
     "CycleUsage",
@@ -177,6 +181,7 @@ __all__ = [
     "cpu_max_value",
     "detect_cgroup_containment",
     "detect_cgroup_v2",
+    "awaiting_reattach_removed",
     "owner_marker",
     "own_cgroup2_path",
     "reap_stale_subtasks",
@@ -206,6 +211,7 @@ def reap_stale_subtasks(
     proc_root: Path = Path("/proc"),
     keep_tags: Iterable[str] = (),
     status_dir: Path | None = None,
+    own_restart_file: Path | None = None,
 ) -> list[int]:
     """SIGKILL every subtask process whose owner no longer exists, with its descendants
     and its cgroup; return the pids signalled, ascending.
@@ -221,6 +227,13 @@ def reap_stale_subtasks(
     killed here, and for those not kept, with no process left and older than
     :data:`STALE_STATUS_S` (a command that ended while its manager was down, whose
     manager never came back; a restarting manager reads its file within seconds).
+
+    Subtasks whose owner is being restarted are not this sweep's to kill (see
+    :func:`awaiting_reattach_removed`): any owner on the machine sweeps at its start and
+    at its close, another deployment's too, and would otherwise kill a command while its
+    own manager is down, before that manager re-attaches it ("ended while its manager was
+    down; exit status lost"). ``own_restart_file``: the caller's own restart file (the
+    subtasks naming it are the caller's to keep, by ``keep_tags``, or to kill).
     """
     keep = set(keep_tags) | {ex._tag for ex in list(_LIVE) if ex._tag}
     try:
@@ -228,6 +241,7 @@ def reap_stale_subtasks(
     except OSError:
         directory = None
     stale = adopted_elsewhere_removed(stale_subtasks(PSUTIL, keep), directory)
+    stale = awaiting_reattach_removed(stale, own_restart_file, PSUTIL)
     tags = set()
     for pid in stale:
         env = PSUTIL.environ(pid)
@@ -263,6 +277,57 @@ def adopted_elsewhere_removed(
                 continue
         out.append(pid)
     return out
+
+
+#: How long (s) after its last write a restart file still holds its subtasks for the
+#: owner's restart (:func:`awaiting_reattach_removed`). A live local manager rewrites its
+#: checkpoint every cycle; the global manager gives a restarting one at most
+#: ``max(node_timeout, MANAGER_RESTART_WAIT_S)`` (120 s real) before it declares the node
+#: lost, so a manager it still waits for always finds its processes.
+REATTACH_WAIT_S = 300.0
+
+
+def awaiting_reattach_removed(
+    stale: list[int],
+    own_restart_file: Path | None = None,
+    table: ProcessTable = PSUTIL,
+    now: float | None = None,
+) -> list[int]:
+    """``stale`` without the subtasks whose own (crashed) owner will re-attach them:
+    their environment names a restart file (:data:`RESTART_FILE_ENV`) other than
+    ``own_restart_file`` that exists, names the subtask's tag, and was written less than
+    :data:`REATTACH_WAIT_S` ago (``now``: s since the epoch, default the current time).
+    A restart file that is gone (``coalloc down`` removed it), that no longer names the
+    tag (its owner let the subtask go), or that has not been written for that long (its
+    owner is not coming back) holds nothing: those subtasks stay stale."""
+    if not stale:
+        return stale
+    when = time.time() if now is None else now
+    own = own_restart_file.absolute() if own_restart_file is not None else None
+    held: dict[str, str | None] = {}  # restart file -> its text while it holds, else None
+    out = []
+    for pid in stale:
+        env = table.environ(pid) or {}
+        path, tag = env.get(RESTART_FILE_ENV), env.get(TAG_ENV)
+        if path and tag and Path(path) != own:
+            if path not in held:
+                held[path] = _holding_text(Path(path), when)
+            text = held[path]
+            if text is not None and tag in text:
+                continue
+        out.append(pid)
+    return out
+
+
+def _holding_text(path: Path, now: float) -> str | None:
+    """The text of restart file ``path`` if it was written within REATTACH_WAIT_S of
+    ``now``, else None (also when it is missing or unreadable)."""
+    try:
+        if now - path.stat().st_mtime > REATTACH_WAIT_S:
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 #: Age (s) after which the status file of a subtask with no process left, that no
@@ -361,6 +426,9 @@ class ProcessExecutor:
     can find the processes if this owner dies without cleaning up. ``status_dir`` is where
     the exit recorder writes the command's exit status (None:
     :func:`~local_manager.exit_recorder.default_status_dir`); see "Exit status" above.
+    ``restart_file``: the owner's restart file, when the owner is restarted after a crash
+    and re-attaches the subtasks that file names (it goes into the command's environment
+    as :data:`RESTART_FILE_ENV`; see :func:`awaiting_reattach_removed`).
     :attr:`exit_reason` says why :attr:`exit_code` is None once the subtask has ended
     without a readable status.
 
@@ -393,9 +461,11 @@ class ProcessExecutor:
         proc_root: str | os.PathLike[str] = "/proc",
         reap_orphans: bool = True,
         status_dir: str | os.PathLike[str] | None = None,
+        restart_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.argv = validate_argv(argv)
         self.status_dir = Path(status_dir).absolute() if status_dir is not None else None
+        self.restart_file = Path(restart_file).absolute() if restart_file is not None else None
         self.speed_mhz = positive("speed_mhz", speed_mhz)
         self.period_s = positive("period_s", period_s)
         self.rescan_s = positive("rescan_s", rescan_s)
@@ -548,6 +618,10 @@ class ProcessExecutor:
             env = dict(self.env if self.env is not None else os.environ)
             env[OWNER_ENV] = owner_marker()
             env[TAG_ENV] = self._tag
+            if self.restart_file is not None:
+                env[RESTART_FILE_ENV] = str(self.restart_file)
+            else:
+                env.pop(RESTART_FILE_ENV, None)  # not an inherited one
             try:
                 self._check_executable(env)
                 status_dir = self.status_dir or exit_recorder.default_status_dir()

@@ -37,7 +37,7 @@ from runtime.config import (
 from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
 from runtime.journal import journal_files
-from runtime.node_host import node_handle
+from runtime.node_host import HostedNode, node_handle
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
 from workloads.messages import JobRegistration, NodeReport, SubtaskOutcome, SubtaskPhase
@@ -288,7 +288,7 @@ class LocalManagerActor:
         # another node's manager on this machine (emulated nodes, several raylets on one
         # host) when Ray restarts it.
         keep = _checkpointed_tags(ckpt) if ckpt is not None else set()
-        self.reaped = len(reap_stale_subtasks(keep_tags=keep))
+        self.reaped = len(reap_stale_subtasks(keep_tags=keep, own_restart_file=ckpt))
         self.node = node
         self.config = config
         self.real = make_real_clock(config.ntp_servers)
@@ -471,6 +471,7 @@ class GlobalManagerActor:
             Path(journal) if journal else None,
             self.metrics,
         )
+        self._restart_seen: set[str] = set()  # nodes Ray restarts, until they answer
         self._stop = threading.Event()
         self._monitor = threading.Thread(
             target=self._monitor_loop, name="coalloc-gm-monitor", daemon=True
@@ -540,16 +541,23 @@ class GlobalManagerActor:
                     last_error[node] = type(exc).__name__
                     continue
                 last_error.pop(node, None)
+                self._restart_seen.discard(node)
                 try:
                     for run_id in self.service.apply_report(report):
                         self.local_managers[node].cancel.remote(run_id)
                 except Exception:  # noqa: BLE001 - asked again next time
                     log.exception("reconcile with %s", node)
+            answered = set()
             for ref in refs:
                 if ref not in ready:
                     last_error.setdefault(refs[ref], "no answer")
+                elif refs[ref] not in last_error:
+                    answered.add(refs[ref])
             try:
-                self.service.check_nodes(last_error)
+                restarting = self._restarting(
+                    [n for n in self.local_managers if n not in answered], last_error
+                )
+                self.service.check_nodes(last_error, restarting)
                 self.metrics.state(self.service.gauges())
             except Exception:  # noqa: BLE001
                 log.exception("node check failed")
@@ -557,6 +565,33 @@ class GlobalManagerActor:
                 self.service.checkpoint_journal()  # off the writers' path
             except Exception:  # noqa: BLE001 - a journal write checkpoints in the end
                 log.exception("journal checkpoint failed")
+
+    def _restarting(self, nodes: list[str], last_error: Mapping[str, str]) -> set[str]:
+        """Those of ``nodes`` (which did not answer) whose local manager Ray has been
+        restarting since they last answered. Seen either way: its state in Ray's actor
+        table (GCS) was ``RESTARTING`` at some check, or a call to it failed with
+        ``ActorUnavailableError`` (Ray's "may come back"; ``ActorDiedError`` is "will
+        not", a call that only timed out says nothing: a hung manager). Kept until the
+        node answers: the restarted actor is ``ALIVE`` in the table a while before
+        calls reach it on a loaded machine (the caller learns its new address late)."""
+        if not nodes:
+            return set()
+        import ray
+
+        for node in nodes:
+            if last_error.get(node) == "ActorUnavailableError":
+                self._restart_seen.add(node)
+            if node in self._restart_seen:
+                continue
+            try:
+                handle = self.local_managers[node]
+                actor = handle.host if isinstance(handle, HostedNode) else handle
+                info = ray._private.state.actors(actor_id=actor._actor_id.hex())
+            except Exception:  # noqa: BLE001 - the table did not answer: the error says
+                continue
+            if info.get("State") == "RESTARTING":
+                self._restart_seen.add(node)
+        return self._restart_seen.intersection(nodes)
 
     def ready(self) -> dict[str, Any]:
         return {

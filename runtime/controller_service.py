@@ -232,6 +232,7 @@ class ControllerService:
         self.incarnations = Incarnations()
         self.checkpoint = checkpoint
         self.checkpoint_extra = dict(checkpoint_extra or {})
+        self._checkpoint_made = False  # written once by this process
         #: (node, incarnation) -> highest seq applied (written to the checkpoint).
         self._applied: dict[tuple[str, int], int] = {}
         #: (node, incarnation) -> seq at or below which reports were applied before a
@@ -293,7 +294,10 @@ class ControllerService:
                 incarnations=self.incarnations.snapshot(),
                 tracked=sorted(set(self.core.jobs) | set(self._pending_jobs) | self._orphans),
             )
+        if self._checkpoint_made and not self.checkpoint.exists():
+            return  # `down` removed it: made once, then only replaced (as a node's)
         atomic_write_json(self.checkpoint, doc)
+        self._checkpoint_made = True
 
     def resume_job(self, reg: JobRegistration, ended: Mapping[int, float]) -> bool:
         """Track again a job that was running before a restart; ``ended``: subtask index

@@ -698,6 +698,14 @@ def teardown(names: Sequence[str] | None = None) -> list[str]:
     if isinstance(recorded.get("epoch"), (int, float)):
         for path in remove_restart_files(float(recorded["epoch"])):
             log.info("removed the restart file %s left by an actor that did not answer", path)
+        # The subtask processes such an actor left on this machine: the other managers'
+        # sweeps spared them while its restart file held them for its restart.
+        from local_manager.process_executor import reap_stale_subtasks
+
+        try:
+            reap_stale_subtasks()
+        except Exception:  # noqa: BLE001 - best effort; the next manager's sweep
+            log.exception("sweep for stale subtasks")
     return order
 
 

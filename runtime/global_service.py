@@ -120,6 +120,12 @@ class DispatchFailed(Exception):
 
 #: Most ``place`` calls of one run made at once (one worker thread each).
 DISPATCH_WORKERS = 16
+#: How long (real s) a node whose local manager Ray is restarting may stay silent before
+#: it is lost, if that is longer than ``node_timeout`` cycles: a restart (a new worker
+#: process, the imports, the checkpoint restored) took over 15 s on a loaded 2-core
+#: machine, where ``node_timeout`` is 15 s at the default time scale. A manager that never
+#: comes back is still lost, after ``max(node_timeout cycles, this)``.
+MANAGER_RESTART_WAIT_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -851,12 +857,17 @@ class GlobalService:
             if back:
                 self._persist()
 
-    def check_nodes(self, last_errors: Mapping[str, str] | None = None) -> list[str]:
+    def check_nodes(
+        self, last_errors: Mapping[str, str] | None = None, restarting: Container[str] = ()
+    ) -> list[str]:
         """Mark nodes whose manager has been silent: after ``stall_cycles`` cycles it is
         stale (placement skips it); after ``node_timeout`` cycles it is lost, and every
         running job with a subtask there is ended whole by its ``on_node_loss`` policy.
         ``last_errors``: node -> what the last status call gave instead of an answer,
-        for the reason. Returns the nodes lost by this call."""
+        for the reason. ``restarting``: nodes whose manager Ray is restarting (not
+        silent by itself: it re-attaches its subtasks when it is back); such a node is
+        lost only after :data:`MANAGER_RESTART_WAIT_S` real s of silence, if that is
+        longer. Returns the nodes lost by this call."""
         errors = dict(last_errors or {})
         now = self.clock.now()
         cycle = self.config.cycle
@@ -866,9 +877,14 @@ class GlobalService:
                 silent = (now - self.last_seen.get(n.name, now)) / cycle
                 if n.name in self.lost:
                     continue
-                if silent > self.config.node_timeout:
+                waited_s = silent * self.config.real_cycle
+                if silent > self.config.node_timeout and (
+                    n.name not in restarting or waited_s > MANAGER_RESTART_WAIT_S
+                ):
                     why = f"no answer from its local manager for {silent:.0f} cycles"
-                    if n.name in errors:
+                    if n.name in restarting:
+                        why += f" ({waited_s:.0f} s), Ray still restarting it"
+                    elif n.name in errors:
                         why += f", last: {errors[n.name]}"
                     self.lost[n.name] = why
                     self.counters["nodes_lost"] += 1

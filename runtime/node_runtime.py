@@ -178,7 +178,11 @@ class NodeRuntime:
         self.on_finish = on_finish
         self.incarnation = new_incarnation() if incarnation is None else incarnation
         self.output_dir = output_dir
-        self._process_factory = process_factory or _default_process_factory
+        # Real processes (not a test's factory): they carry this node's checkpoint as
+        # their restart file, so that sweeps by other managers on the machine leave them
+        # to this node's restarted manager (see reap_stale_subtasks).
+        self._own_processes = process_factory is None
+        self._process_factory = process_factory or self._real_process
         self._monotonic = monotonic
         policy = config.get_policy()
         self.scheduler = LocalScheduler(
@@ -215,8 +219,12 @@ class NodeRuntime:
         self.running = False
         self.error: str | None = None
         self.checkpoint = checkpoint
+        self._checkpoint_made = False  # written once by this process
         #: The last idle state written (boundary left out; None: not idle).
         self._idle_written: dict[str, Any] | None = None
+
+    def _real_process(self, argv: tuple[str, ...], speed_mhz: float, output: Path | None) -> Any:
+        return _default_process_factory(argv, speed_mhz, output, restart_file=self.checkpoint)
 
     # ----------------------------------------------------------------- checkpoint
     def checkpoint_state(self) -> dict[str, Any]:
@@ -261,6 +269,11 @@ class NodeRuntime:
         needs it only for subtasks (an idle node costs no fsync per cycle)."""
         if self.checkpoint is None:
             return
+        if self._checkpoint_made and not self.checkpoint.exists():
+            # `down` removed it (this manager did not answer its shutdown, e.g. it was
+            # stopped, and runs on until Ray's kill lands): a restart file is made once
+            # and then only replaced, never made again.
+            return
         state = self.checkpoint_state()
         idle = None if state["subtasks"] else dict(state, boundary=None)
         if idle is not None and idle == self._idle_written:
@@ -270,6 +283,7 @@ class NodeRuntime:
         except (OSError, ValueError):
             self.counters["checkpoint_errors"] += 1
             return
+        self._checkpoint_made = True
         self._idle_written = idle
 
     def restore(self, data: dict[str, Any], attach: Callable[[dict[str, Any]], Any]) -> int:
@@ -689,13 +703,14 @@ class NodeRuntime:
             if rec is not None and rec.state is SubtaskPhase.RUNNING:
                 rec.state = SubtaskPhase.CANCELLED
         self._procs.clear()
-        if self._process_factory is _default_process_factory:
+        if self._own_processes:
             # Also the subtasks orphaned by a local manager that was killed on this node
-            # (their owner is gone): `coalloc down` leaves none behind.
+            # (their owner is gone): `coalloc down` leaves none behind. Those of another
+            # node's manager that Ray is restarting stay for it to re-attach.
             from local_manager.process_executor import reap_stale_subtasks
 
             try:
-                reap_stale_subtasks()
+                reap_stale_subtasks(own_restart_file=self.checkpoint)
             except Exception:  # noqa: BLE001 - best effort while shutting down
                 pass
 
@@ -770,9 +785,14 @@ def _subtask_dict(placed: Subtask, live: Subtask) -> dict[str, Any]:
     return d
 
 
-def _default_process_factory(argv: tuple[str, ...], speed_mhz: float, output: Path | None) -> Any:
+def _default_process_factory(
+    argv: tuple[str, ...], speed_mhz: float, output: Path | None,
+    restart_file: Path | None = None,
+) -> Any:
+    """A real process subtask; ``restart_file``: its node's checkpoint (None: none)."""
     from local_manager.process_executor import ProcessExecutor
 
     return ProcessExecutor(
-        list(argv), speed_mhz=speed_mhz, stdout=output, stderr=output, grace_s=1.0
+        list(argv), speed_mhz=speed_mhz, stdout=output, stderr=output, grace_s=1.0,
+        restart_file=restart_file,
     )

@@ -266,6 +266,34 @@ CRASHING_OWNER = textwrap.dedent(
 )
 
 
+def test_a_subtask_whose_owner_is_being_restarted_survives_other_owners_sweeps(
+    tmp_path: Path, subreaper: None
+) -> None:
+    """The owner started the subtask with its restart file (a local manager's
+    checkpoint), wrote the tag there and died by SIGKILL. Until its restarted successor
+    re-attaches it, a sweep by any other owner of the machine (another node's manager
+    starting or closing, another deployment's) leaves it alone; once the file is gone
+    (``coalloc down``) the next sweep reaps it."""
+    argv, pidfile = spawner_argv(tmp_path, "nested")
+    restart_file = tmp_path / "lm-n0.json"
+    script = CRASHING_OWNER.replace(
+        "containment=containment)", "containment=containment, restart_file=record)")
+    owner = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(argv), Containment.PROCESS_TREE.value,
+         str(pidfile), str(restart_file)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert owner.returncode == -9, owner.stderr
+    record = ExecutorRecord.from_dict(json.loads(restart_file.read_text()), str(restart_file))
+    tree = identities([record.pid, *(int(p) for p in pidfile.read_text().split())])
+    assert not set(tree) & set(reap_stale_subtasks())  # another owner's sweep
+    assert survivors(tree) == list(tree)
+    # Its own restarted owner decides by what it keeps: here, nothing.
+    restart_file.unlink()
+    assert set(tree) <= set(reap_stale_subtasks())
+    assert wait_gone(tree) == []
+
+
 @pytest.mark.parametrize("containment", CONTAINMENTS)
 def test_a_new_executor_adopts_a_running_subtask_measures_and_cancels_it(
     tmp_path: Path, containment: Containment, subreaper: None

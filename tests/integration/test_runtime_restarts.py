@@ -193,6 +193,14 @@ def _running_process(capsys: Any, address: str, job: str) -> Any:
     return proc if proc.get("pid") and proc.get("state") == "running" else None
 
 
+def _wait_running(capsys: Any, address: str, job: str) -> Any:
+    """:func:`_running_process` once it is there; else fail with the job's state."""
+    try:
+        return wait_for(lambda: _running_process(capsys, address, job))
+    except AssertionError:
+        raise AssertionError(_why(status(capsys, address, job)["jobs"][0])) from None
+
+
 def spin_until(go: Path) -> list[str]:
     """A command that uses the CPU it is given until the file ``go`` exists, then exits 0
     (it ends on the test's word, not after a guessed time)."""
@@ -214,7 +222,7 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
          "subtasks": [{"work": 5, "command": spin_until(go)}, {"work": 1000}]}
     )
 
-    proc = wait_for(lambda: _running_process(capsys, deployment.address, job))
+    proc = _wait_running(capsys, deployment.address, job)
     pid, node = int(proc["pid"]), proc["node"]
     # Let them checkpoint a few boundaries, then kill -9 both managers of the gang: the
     # process subtask's and the synthetic sibling's.
@@ -232,7 +240,7 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
         assert info[name]["restored"] >= 1
         assert info[name]["incarnation"] != before[name]["incarnation"]  # type: ignore[index]
     assert pid_alive(pid)  # re-attached, not killed, not started again
-    sub = wait_for(lambda: _running_process(capsys, deployment.address, job))
+    sub = _wait_running(capsys, deployment.address, job)
     assert int(sub["pid"]) == pid
     # The synthetic sibling resumed from its checkpointed work, not from 0.
     after = status(capsys, deployment.address, job)["jobs"][0]["subtasks"][1]
@@ -314,7 +322,7 @@ def test_a_reattached_command_that_fails_fails_its_job_with_its_exit_status(
          "subtasks": [{"work": 5, "command": wait_then_fail}, {"work": 1000}]}
     )
 
-    proc = wait_for(lambda: _running_process(capsys, deployment.address, job))
+    proc = _wait_running(capsys, deployment.address, job)
     pid, node = int(proc["pid"]), proc["node"]
     name = local_manager_name(node)
     # It is checkpointed at every boundary; wait for the record to name it.

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from local_manager.process_executor import (
     CGROUP_PARENT_ENV,
     OWNER_ENV,
+    REATTACH_WAIT_S,
+    RESTART_FILE_ENV,
     TAG_ENV,
     Containment,
     DutyCyclePacer,
@@ -699,3 +701,51 @@ def test_a_subtask_reattached_by_a_live_owner_is_not_stale_to_others(tmp_path: P
     assert stale == [40, 41, 42, 43, 44]
     assert pe.adopted_elsewhere_removed(stale, tmp_path, table) == [42, 43, 44]
     assert pe.adopted_elsewhere_removed(stale, None, table) == stale
+
+
+def test_a_subtask_whose_owner_is_restarting_is_left_to_it_by_other_sweeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subtask's owner was SIGKILLed and Ray restarts it: until the restarted owner
+    re-attaches it, a sweep by any other owner on the machine (another node's manager
+    starting or closing, another deployment's) must not kill it. Its restart file holds
+    it while that file exists, names its tag and was written within REATTACH_WAIT_S; the
+    owner of that file decides alone (by ``keep_tags``)."""
+    import local_manager.process_executor as pe
+
+    table = FakeTable()
+    now = pe.time.time()
+    files = {}
+    for name, names in (("held", "t-held"), ("old", "t-old"), ("dropped", "t-other"),
+                        ("own", "t-own")):
+        files[name] = tmp_path / f"lm-{name}.json"
+        files[name].write_text(json.dumps({"subtasks": [{"executor": {"tag": names}}]}))
+    long_ago = now - 2 * REATTACH_WAIT_S
+    os.utime(files["old"], (long_ago, long_ago))  # its owner is not coming back
+    started = {
+        50: ("t-held", files["held"]),  # held for its restarting owner
+        51: ("t-old", files["old"]),  # the file was not written for too long
+        52: ("t-dropped", files["dropped"]),  # the file no longer names it
+        53: ("t-gone", tmp_path / "lm-gone.json"),  # down removed the file
+        54: ("t-own", files["own"]),  # the sweeping owner's own: keep_tags decide
+    }
+    for pid, (tag, path) in started.items():
+        table.put(pid)
+        table.envs[pid] = {OWNER_ENV: "9:100.000", TAG_ENV: tag, RESTART_FILE_ENV: str(path)}
+    table.put(55)
+    table.envs[55] = {OWNER_ENV: "9:100.000", TAG_ENV: "t-plain"}  # no restart file
+    stale = stale_subtasks(table)
+    assert stale == [50, 51, 52, 53, 54, 55]
+    assert pe.awaiting_reattach_removed(stale, files["own"], table, now) == [51, 52, 53, 54, 55]
+    assert pe.awaiting_reattach_removed(stale, None, table, now) == [51, 52, 53, 55]
+
+    # The sweep itself (as a local manager's start or close runs it) spares it.
+    reaped: list[list[int]] = []
+    monkeypatch.setattr(pe, "PSUTIL", table)
+    monkeypatch.setattr(pe, "_reap", lambda pids, root: reaped.append(sorted(pids)) or pids)
+    pe.reap_stale_subtasks(status_dir=tmp_path / "exit")
+    assert reaped == [[51, 52, 53, 55]]
+    files["held"].unlink()  # `coalloc down` removed it: nothing holds it any more
+    pe.reap_stale_subtasks(status_dir=tmp_path / "exit")
+    assert reaped[-1] == [50, 51, 52, 53, 55]
+

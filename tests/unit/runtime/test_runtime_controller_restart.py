@@ -125,3 +125,14 @@ def test_a_run_that_completed_while_the_controller_was_down_gets_one_summary(
     summaries = [r["job"] for r in map(json.loads, log.read_text().splitlines())
                  if r["type"] == "summary"]
     assert sorted(summaries) == ["j", "k"]
+
+
+def test_a_checkpoint_removed_by_down_is_not_made_again(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ctl.json"
+    ctl = build(ckpt, tmp_path / "phase.jsonl")
+    ctl.write_checkpoint()
+    assert ckpt.exists()
+    ckpt.unlink()  # `down`, while this controller still runs
+    ctl.write_checkpoint()
+    ctl.close()
+    assert not ckpt.exists()

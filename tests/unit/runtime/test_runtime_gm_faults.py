@@ -73,6 +73,7 @@ class Grid:
         self.gm = GlobalService(NODES, cfg, self.loop.clock, self.dispatch, self.journal)
         self.loop.gm = self.gm
         self.silent: set[str] = set()
+        self.restarting: set[str] = set()  # nodes whose manager Ray is restarting
         self.k = 0
         self.log = tmp_path / "phase.jsonl"
 
@@ -94,7 +95,7 @@ class Grid:
                     self.gm.reconcile(name, seen)
                     for run in self.gm.runs_to_stop(name, seen):
                         node.cancel_job(run)
-            self.gm.check_nodes()
+            self.gm.check_nodes(restarting=self.restarting)
             self.k += 1
 
     def run_until(self, done: Any, limit: int = 5000) -> None:
@@ -208,6 +209,39 @@ def test_a_lost_node_fails_a_gang_whose_policy_is_fail(tmp_path: Path) -> None:
     assert f"node {a['nodes'][1]} lost" in rec["reason"]
     assert all(v == 0.0 for v in g.gm.core.committed.values())
     assert g.gm.counters["failed_node_loss"] == 1
+
+
+@pytest.mark.parametrize("comes_back", [True, False])
+def test_a_node_whose_manager_ray_is_restarting_is_lost_only_after_the_restart_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, comes_back: bool
+) -> None:
+    """A manager Ray takes longer than ``node_timeout`` to restart (a loaded machine)
+    keeps its node and its gang: the node is stale (placement skips it), not lost. One
+    that never comes back is lost all the same, once MANAGER_RESTART_WAIT_S has passed."""
+    import runtime.global_service as gs
+
+    monkeypatch.setattr(gs, "MANAGER_RESTART_WAIT_S", 5.0)  # 50 cycles of 0.1 real s
+    g = Grid(tmp_path)
+    (a,) = g.gm.submit([_three()])
+    job, node = a["job_id"], a["nodes"][0]
+    g.step(5)
+    g.silent.add(node)
+    g.restarting.add(node)
+    g.step(40)  # node_timeout (20 cycles) passed, the restart wait (50) not
+    assert node not in g.gm.lost and node in g.gm.core.down
+    assert g.state(job) == "running"
+    if comes_back:
+        g.silent.discard(node)
+        g.restarting.discard(node)
+        g.step(1)
+        assert node not in g.gm.core.down
+        g.run_until(lambda: g.state(job) != "running")
+        assert g.state(job) == "completed" and g.gm.counters["nodes_lost"] == 0
+        return
+    g.run_until(lambda: node in g.gm.lost)
+    assert g.k - 5 > 50  # silent longer than the restart wait
+    assert "Ray still restarting it" in g.gm.lost[node]
+    assert g.state(job) != "running" and g.gm.counters["nodes_lost"] == 1
 
 
 def test_a_stale_node_is_skipped_by_placement_before_it_is_lost(tmp_path: Path) -> None:

@@ -171,3 +171,18 @@ def test_an_idle_node_writes_its_checkpoint_once_not_every_cycle(tmp_path: Path)
     assert data["subtasks"] == [] and data["boundary"] == k * Q
     assert [h["job_id"] for h in data["history"]] == ["j1"]
     assert first > 0
+
+
+def test_a_checkpoint_removed_by_down_is_not_made_again(tmp_path: Path) -> None:
+    """``down`` removes the restart file of a manager that did not answer its shutdown
+    (SIGSTOPped); resumed before Ray's kill lands, the manager must not write it again."""
+    rt, _, _, _ = make(Node("n0", 400.0))
+    rt.checkpoint = tmp_path / "lm.json"
+    rt.submit([subtask("j1", work=40_000.0)], start=0.0)
+    rt.tick(0.0)
+    assert rt.checkpoint.exists()
+    rt.tick(Q)  # replaced while it is there
+    rt.checkpoint.unlink()
+    for k in range(2, 5):
+        rt.tick(k * Q)
+    assert not rt.checkpoint.exists()
