@@ -37,10 +37,12 @@ def _job(subs: list[SubtaskState], e_t: float = 1e9, a_t: float = 100.0) -> JobS
 
 
 def _run_periods(
-    available: list[float], x: list[float], periods: int, start: float = 0.0
+    available: list[float], x: list[float], periods: int, start: float = 0.0,
+    config: ControllerConfig = PACE, a_t: float = 100.0,
 ) -> list[float]:
-    """Drive one job on model nodes whose subtask ``i`` could get ``available[i]``
-    Mcycles/s; returns the phase difference after each period (s)."""
+    """Drive one job (asynchrony window ``a_t`` s) on model nodes whose subtask ``i``
+    could get ``available[i]`` Mcycles/s under ``config``; returns the phase difference
+    after each period (s)."""
     tvs = [start] * len(x)
     rates = [1.0] * len(x)  # before the first report: the clocks' initial rate
     caps = [0.0] * len(x)
@@ -53,8 +55,9 @@ def _run_periods(
         tvs = [tv + r * P for tv, r in zip(tvs, rates)]
         t_r += P
         phis.append(phase_difference(tvs))
-        job = _job([_state(i, tvs[i], x[i], rates[i], caps[i]) for i in range(len(x))])
-        (d,) = control(ControlRequest(t_r, (job,), {}, P), PACE).decisions
+        job = _job([_state(i, tvs[i], x[i], rates[i], caps[i]) for i in range(len(x))],
+                   a_t=a_t)
+        (d,) = control(ControlRequest(t_r, (job,), {}, P), config).decisions
         for ch in d.changes:
             caps[ch.index] = ch.rate_cap
     return phis
@@ -214,20 +217,8 @@ def _run_periods_with_lead(
     available: list[float], x: list[float], periods: int, lead: float, a_t: float
 ) -> list[float]:
     """:func:`_run_periods` with ``pace_lead`` and ``A_t`` (s); phase differences (s)."""
-    cfg = ControllerConfig(mode=ControlMode.PACE, pace_lead=lead)
-    tvs, rates, caps, t_r, phis = [0.0] * len(x), [1.0] * len(x), [0.0] * len(x), 0.0, []
-    for _ in range(periods):
-        got = [min(a, c) if c > 0 else a for a, c in zip(available, caps)]
-        rates = [g / xi for g, xi in zip(got, x)]
-        tvs = [tv + r * P for tv, r in zip(tvs, rates)]
-        t_r += P
-        phis.append(phase_difference(tvs))
-        job = _job([_state(i, tvs[i], x[i], rates[i], caps[i]) for i in range(len(x))],
-                   a_t=a_t)
-        (d,) = control(ControlRequest(t_r, (job,), {}, P), cfg).decisions
-        for ch in d.changes:
-            caps[ch.index] = ch.rate_cap
-    return phis
+    return _run_periods(available, x, periods,
+                        config=ControllerConfig(mode=ControlMode.PACE, pace_lead=lead), a_t=a_t)
 
 
 @settings(max_examples=40, deadline=None)
