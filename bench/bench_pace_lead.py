@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
 import sys
 import time
@@ -69,22 +68,15 @@ def run_lead_cell(job: LeadCell) -> tuple[LeadCell, placement.Row]:
     worker processes can import it."""
     from coallocator.controller import ControllerConfig, ControlMode
     from global_manager.policies import get_policy
-    from global_manager.simulator import simulate
-    from runtime.config import runtime_core
 
     cell = job.cell
-    workload = placement.make_workload(cell)
-    if job.lead is None:
-        policy = get_policy(cell.policy, placement=cell.placement)
-    else:
+    policy = None
+    if job.lead is not None:
         policy = get_policy(
             cell.policy, placement=cell.placement,
             controller_config=ControllerConfig(mode=ControlMode.PACE, pace_lead=job.lead),
         )
-    config = runtime_core(cycle=cell.cycle, rate_per_weight=cell.rate_per_weight)
-    result = simulate(workload, policy, seed=cell.seed, config=config)
-    capacity = math.fsum(policy.admission_policy().budget(n.cpu_rate, config.qos_share)
-                         for n in workload.nodes)
+    workload, result, capacity = placement.simulate_cell(cell, policy)
     return job, placement.summarize(cell, workload, result, capacity)
 
 

@@ -418,8 +418,7 @@ class GreedyPlacement:
                         f" can take subtask {got} (expected rate {rates[got]:.6g} Mcycles/s)")
         else:
             reply = place(PlacementRequest(rates, checked, loads), self, rng,
-                          grid.ranked(self, checked, rng) if len(rates) <= len(loads)
-                          and rates else None)
+                          grid.ranked(self, checked, rng) if self.pure_rank else None)
             if reply.nodes is None:
                 return reply.reason
             got = reply.nodes

@@ -172,16 +172,19 @@ def make_workload(cell: Cell) -> Any:
     return Workload(w.nodes, assign_users(w.jobs, cell.users, cell.seed))
 
 
-def simulate_cell(cell: Cell) -> tuple[Any, Any, float]:
+def simulate_cell(cell: Cell, policy: Any = None) -> tuple[Any, Any, float]:
     """Simulate one cell under the live runtime's core configuration (only ``q``,
     ``u_t`` and ``max_time`` from the cell): the workload, the
-    :class:`~global_manager.simulator.RunResult` and the grid's QoS budget (Mcycles/s)."""
+    :class:`~global_manager.simulator.RunResult` and the grid's QoS budget (Mcycles/s).
+    ``policy``: a :class:`~global_manager.policies.Policy` to run instead of the
+    cell's named one (with its placement)."""
     from global_manager.policies import get_policy
     from global_manager.simulator import simulate
     from runtime.config import runtime_core
 
     workload = make_workload(cell)
-    policy = get_policy(cell.policy, placement=cell.placement)
+    if policy is None:
+        policy = get_policy(cell.policy, placement=cell.placement)
     config = runtime_core(cycle=cell.cycle, rate_per_weight=cell.rate_per_weight,
                           max_time=cell.max_time)
     result = simulate(workload, policy, seed=cell.seed, config=config)

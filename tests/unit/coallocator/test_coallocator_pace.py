@@ -227,12 +227,12 @@ def _run_periods_with_lead(
     st.sampled_from([0.1, 0.25, 0.5]),
     st.floats(60.0, 600.0),
 )
-def test_with_a_pace_lead_the_gang_settles_within_the_lead_plus_one_period(
+def test_with_a_pace_lead_the_phase_difference_never_grows_past_the_lead_and_first_gap(
     available: list[float], lead: float, a_t: float
 ) -> None:
-    # Whatever the nodes give, once the first (unpaced) divergence is closed the phase
-    # difference stays within the lead (a fraction of A_t) plus one period's drift of
-    # the laggard, and a lead that fits inside A_t keeps the gang inside its window.
+    # Whatever the nodes give, a lead never lets the gang drift further apart than the
+    # lead (a fraction of A_t) plus the first, unpaced period's divergence (at most the
+    # fastest member's clock rate times one period).
     x = [25.0] * len(available)
     phis = _run_periods_with_lead(available, x, periods=60, lead=lead, a_t=a_t)
     settled = phis[40:]
