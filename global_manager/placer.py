@@ -811,7 +811,14 @@ class _BackfillCycle:
                 self.reasons[job.job_id] = (reserved_reason([n for n, _ in res.rates],
                                                             res.start),)
         head_ids = {j.job_id for j in heads}
-        rest = [j for j in req.jobs if j.job_id not in head_ids]
+        # Budgets only shrink within a cycle (placements and reservations), so a strict
+        # job that fails _fits's necessary test on the free budgets as they stand fails
+        # it for the rest of the cycle: leave it out (it would place nothing, hold back
+        # nobody and get no reason; the fair order of the others does not change, since
+        # only placements move it).
+        _, frees = self._view(())
+        rest = [j for j in req.jobs if j.job_id not in head_ids
+                and not (j.strict and _hopeless(j.rates, frees))]
         for job in self._fair_order(rest):
             if not self._try(job) and self.reservations and self._fits(job, False):
                 self.reasons[job.job_id] = (blocked_reason(self.reservations[0].job_id),)
@@ -865,11 +872,7 @@ class _BackfillCycle:
         active = tuple(k for k, res in enumerate(self.reservations)
                        if end > res.start + 1e-9) if reserved else ()
         ranked, frees = self._view(active)
-        n = len(job.rates)
-        # Necessary: the largest subtask fits the most free node, and n nodes have room
-        # for the smallest subtask.
-        if not frees or max(job.rates) > frees[0] + FIT_EPS or len(frees) < n \
-                or min(job.rates) > frees[n - 1] + FIT_EPS:
+        if _hopeless(job.rates, frees):
             return None
         got = first_fit(job.rates, job.labels, ranked, True)
         if isinstance(got, int):
@@ -934,6 +937,15 @@ class _BackfillCycle:
             return None
         t, nodes = best
         return Reservation(job.job_id, t, tuple(zip(nodes, job.rates)))
+
+
+def _hopeless(rates: Sequence[float], frees: Sequence[float]) -> bool:
+    """Whether a gang of ``rates`` fails the necessary test of fitting the free budgets
+    ``frees`` (sorted, largest first): its largest subtask on the most free node, and
+    as many nodes as subtasks with room for its smallest."""
+    n = len(rates)
+    return (not frees or max(rates) > frees[0] + FIT_EPS or len(frees) < n
+            or min(rates) > frees[n - 1] + FIT_EPS)
 
 
 def fair_order(jobs: Sequence[QueuedJob], held: Mapping[str, float]) -> Iterator[QueuedJob]:
