@@ -751,6 +751,9 @@ class BackfillPlacement(GreedyPlacement):
     #: its oldest job).
     reserve_always: float | None = 6 * 3600.0
     fair: bool = True
+    #: Leave out of a cycle, at its start, the strict jobs that cannot fit the free
+    #: budgets (the placements and reasons are the same either way; tests compare them).
+    screen: bool = True
 
     @property
     def reserves(self) -> bool:  # type: ignore[override]
@@ -818,7 +821,7 @@ class _BackfillCycle:
         # only placements move it).
         _, frees = self._view(())
         rest = [j for j in req.jobs if j.job_id not in head_ids
-                and not (j.strict and _hopeless(j.rates, frees))]
+                and not (pol.screen and j.strict and _hopeless(j.rates, frees))]
         for job in self._fair_order(rest):
             if not self._try(job) and self.reservations and self._fits(job, False):
                 self.reasons[job.job_id] = (blocked_reason(self.reservations[0].job_id),)

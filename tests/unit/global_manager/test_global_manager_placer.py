@@ -180,3 +180,28 @@ def test_backfill_never_overfills_a_budget_and_places_each_job_on_distinct_nodes
     # Every job left pending with a reservation or blocked by one says so.
     for jid in reply.reasons:
         assert jid not in reply.placed
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(rates, min_size=1, max_size=10),
+       st.lists(st.sampled_from([0.0, 30.0, 70.0, 95.0]), min_size=3, max_size=3),
+       st.sampled_from([0.0, 3.0]), st.booleans())
+def test_screening_out_jobs_that_cannot_fit_changes_no_placement_and_no_reason(
+    queue: list[list[float]], committed: list[float], outlier: float, fair: bool
+) -> None:
+    # Budgets only shrink within a cycle, so leaving out at its start the jobs that fail
+    # the necessary fit test must place and explain exactly what trying each does.
+    nodes = tuple(node(n, 100.0, c) for n, c in zip("abc", committed))
+    running = [RunningSubtask(n.name, n.committed, 1500.0 + 100 * i)
+               for i, n in enumerate(nodes) if n.committed > 0]
+    jobs = tuple(job(f"j{i}", *r, arrival=float(i), user=f"u{i % 3}")
+                 for i, r in enumerate(queue))
+    req = CycleRequest(100_000.0, jobs, nodes, 0.5, queue=True, running=tuple(running))
+    replies = [
+        BackfillPlacement(outlier=outlier, fair=fair, screen=screen).place(req, random.Random(0))
+        for screen in (True, False)
+    ]
+    screened, tried = replies
+    assert list(screened.placed.items()) == list(tried.placed.items())
+    assert dict(screened.reasons) == dict(tried.reasons)
+    assert dict(screened.messages) == dict(tried.messages)
