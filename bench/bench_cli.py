@@ -91,7 +91,9 @@ def measure(home: str, job_file: str, transport: str, samples: int) -> dict[str,
 
 def _local_manager_pids(home: str) -> list[int]:
     """The local managers' processes of the runtime ``up`` started in ``home``: the
-    Ray workers titled ``ray::LocalManagerActor`` in the embedded head's session."""
+    Ray workers titled ``ray::LocalManagerActor`` in the embedded head's session (or
+    ``ray::NodeHostActor``: several nodes to a process, above 8 emulated nodes; stopping
+    one stops all of its nodes)."""
     from runtime.deploy import _session_members
 
     state = json.loads((Path(home) / "state.json").read_text())
@@ -101,7 +103,7 @@ def _local_manager_pids(home: str) -> list[int]:
             title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             continue
-        if title.startswith(b"ray::LocalManagerActor"):
+        if title.startswith((b"ray::LocalManagerActor", b"ray::NodeHostActor")):
             pids.append(pid)
     return sorted(pids)
 
