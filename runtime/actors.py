@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -403,6 +403,43 @@ class LocalManagerActor:
 # ------------------------------------------------------------------- global manager
 
 
+class ReportCalls:
+    """The monitor's report calls still out (no Ray here: a call is any hashable
+    reference). A node with a call out is not asked again; a call out longer than
+    ``give_up_s`` real s is given up, so its node is asked again next round."""
+
+    def __init__(self, give_up_s: float) -> None:
+        self.give_up_s = give_up_s
+        self._out: dict[Any, tuple[str, float]] = {}  # ref -> (node, asked at, real s)
+
+    def to_ask(self, nodes: Iterable[str]) -> list[str]:
+        """Those of ``nodes`` with no call out, in their order."""
+        busy = {node for node, _ in self._out.values()}
+        return [n for n in nodes if n not in busy]
+
+    def asked(self, ref: Any, node: str, at: float) -> None:
+        """``node`` was asked at ``at`` (real s); ``ref`` is the call's reference."""
+        self._out[ref] = (node, at)
+
+    def refs(self) -> list[Any]:
+        """The calls out."""
+        return list(self._out)
+
+    def came(self, ref: Any) -> str:
+        """Call ``ref`` came back (an answer or an error): no longer out. Its node."""
+        return self._out.pop(ref)[0]
+
+    def still_out(self, now: float) -> list[str]:
+        """The nodes with a call out at ``now`` (real s); the calls out longer than
+        ``give_up_s`` are given up (their nodes listed all the same)."""
+        nodes = []
+        for ref, (node, at) in list(self._out.items()):
+            nodes.append(node)
+            if now - at > self.give_up_s:
+                del self._out[ref]
+        return nodes
+
+
 class _RayDispatch:
     """Reaches the controller and the local managers through Ray calls."""
 
@@ -542,18 +579,16 @@ class GlobalManagerActor:
         import ray
 
         wait = 0.0
-        out: dict[Any, tuple[str, float]] = {}  # calls out: ref -> (node, asked at)
+        calls = ReportCalls(STATUS_TIMEOUT_S)
         while not self._stop.wait(wait):
             began = time.monotonic()
             asked = self.service.running_subtasks()
-            busy = {node for node, _ in out.values()}
-            earlier = list(out)
+            earlier = calls.refs()
             new = []
-            for n, handle in self.local_managers.items():
-                if n not in busy:
-                    ref = handle.report.remote(asked.get(n, []))
-                    out[ref] = (n, began)
-                    new.append(ref)
+            for n in calls.to_ask(self.local_managers):
+                ref = self.local_managers[n].report.remote(asked.get(n, []))
+                calls.asked(ref, n, began)
+                new.append(ref)
             ready: list[Any] = []
             if new:
                 ready, _ = ray.wait(new, num_returns=len(new), timeout=MONITOR_S)
@@ -561,7 +596,7 @@ class GlobalManagerActor:
                 ready += ray.wait(earlier, num_returns=len(earlier), timeout=0)[0]
             answered = set()
             for ref in ready:
-                node, _ = out.pop(ref)
+                node = calls.came(ref)
                 try:
                     report = ray.get(ref, timeout=0)
                 except Exception as exc:  # noqa: BLE001 - that node did not answer
@@ -575,11 +610,8 @@ class GlobalManagerActor:
                         self.local_managers[node].cancel.remote(run_id)
                 except Exception:  # noqa: BLE001 - asked again next time
                     log.exception("reconcile with %s", node)
-            now = time.monotonic()
-            for ref, (node, at) in list(out.items()):
+            for node in calls.still_out(time.monotonic()):
                 self._report_errors.setdefault(node, "no answer")
-                if now - at > STATUS_TIMEOUT_S:
-                    del out[ref]  # given up: asked again next round
             last_error = dict(self._report_errors)
             try:
                 restarting = self._restarting(
