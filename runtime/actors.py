@@ -892,7 +892,7 @@ def assemble_status(
     for j in desc["jobs"]:
         if job_id is not None and j["job_id"] != job_id:
             continue
-        run_id = j.get("run_id") or j["job_id"]
+        run_id = j["run_id"]  # every job record names its current run
         view = ctl_jobs.get(run_id, {}) if j["state"] != "pending" else {}
         tvs = view.get("virtual_times")
         subs = []
