@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +35,18 @@ from runtime.config import (
     RuntimeConfig,
 )
 from runtime.controller_service import ControllerService
-from runtime.global_service import GlobalService
+from runtime.global_service import GlobalService, HeardReport
 from runtime.journal import journal_files
 from runtime.node_host import HostedNode, node_handle
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
-from workloads.messages import JobRegistration, NodeReport, SubtaskOutcome, SubtaskPhase
+from workloads.messages import (
+    JobRegistration,
+    NodeReport,
+    SubtaskOutcome,
+    SubtaskPhase,
+    SubtaskReport,
+)
 from workloads.model import JobSpec, Node, Subtask
 
 if TYPE_CHECKING:
@@ -358,13 +364,16 @@ class LocalManagerActor:
 
     def report(self, asked: list[tuple[str, int]]) -> NodeReport:
         """The global manager's once-a-second question (cheap; :meth:`NodeRuntime.report`):
-        ``asked``: the (run id, index) it still has running here. Also refreshes this
-        node's metrics."""
+        ``asked``: the (run id, index) it still has running here. With this node's
+        transport counters (what ``status`` shows). Also refreshes this node's metrics."""
         rep = self.runtime.report(asked)
         alive = rep.loop_running and self._thread.is_alive()
-        self.metrics.update(dict(self.runtime.counters),
+        self.metrics.update(dict(rep.counters),
                             sum(1 for s in rep.subtasks if s.state is SubtaskPhase.RUNNING))
-        return rep if alive == rep.loop_running else dataclasses.replace(rep, loop_running=alive)
+        return dataclasses.replace(rep, loop_running=alive, transport={
+            "sender": dict(self.sender.counters()),
+            "subscriber": dict(self.subscriber.counters()),
+        })
 
     def status(self) -> dict[str, Any]:
         snap = self.runtime.snapshot()
@@ -392,6 +401,43 @@ class LocalManagerActor:
 
 
 # ------------------------------------------------------------------- global manager
+
+
+class ReportCalls:
+    """The monitor's report calls still out (no Ray here: a call is any hashable
+    reference). A node with a call out is not asked again; a call out longer than
+    ``give_up_s`` real s is given up, so its node is asked again next round."""
+
+    def __init__(self, give_up_s: float) -> None:
+        self.give_up_s = give_up_s
+        self._out: dict[Any, tuple[str, float]] = {}  # ref -> (node, asked at, real s)
+
+    def to_ask(self, nodes: Iterable[str]) -> list[str]:
+        """Those of ``nodes`` with no call out, in their order."""
+        busy = {node for node, _ in self._out.values()}
+        return [n for n in nodes if n not in busy]
+
+    def asked(self, ref: Any, node: str, at: float) -> None:
+        """``node`` was asked at ``at`` (real s); ``ref`` is the call's reference."""
+        self._out[ref] = (node, at)
+
+    def refs(self) -> list[Any]:
+        """The calls out."""
+        return list(self._out)
+
+    def came(self, ref: Any) -> str:
+        """Call ``ref`` came back (an answer or an error): no longer out. Its node."""
+        return self._out.pop(ref)[0]
+
+    def still_out(self, now: float) -> list[str]:
+        """The nodes with a call out at ``now`` (real s); the calls out longer than
+        ``give_up_s`` are given up (their nodes listed all the same)."""
+        nodes = []
+        for ref, (node, at) in list(self._out.items()):
+            nodes.append(node)
+            if now - at > self.give_up_s:
+                del self._out[ref]
+        return nodes
 
 
 class _RayDispatch:
@@ -472,6 +518,9 @@ class GlobalManagerActor:
             self.metrics,
         )
         self._restart_seen: set[str] = set()  # nodes Ray restarts, until they answer
+        #: Why each node's last report call gave no report (cleared by its next one).
+        self._report_errors: dict[str, str] = {}
+        self._first_round = threading.Event()  # the monitor's first round is over
         self._stop = threading.Event()
         self._monitor = threading.Thread(
             target=self._monitor_loop, name="coalloc-gm-monitor", daemon=True
@@ -516,43 +565,54 @@ class GlobalManagerActor:
                 log.exception("placement cycle failed")
 
     def _monitor_loop(self) -> None:
-        """Every :data:`MONITOR_S` (at once after a recovery): ask every local manager
-        for its :class:`~workloads.messages.NodeReport` at once (naming the subtasks the
-        job table has running there), and wait at most :data:`STATUS_TIMEOUT_S` for the
-        lot. An answer marks the node alive and is reconciled with the job table (ended
-        subtasks whose notifications were lost, work done, runs to stop there); then
-        silent nodes become stale, and lost after ``node_timeout`` cycles; last, the
-        journal's log is folded into its file."""
+        """Every :data:`MONITOR_S` (the first round at once): ask every local manager for
+        its :class:`~workloads.messages.NodeReport` (naming the subtasks the job table
+        has running there) and wait at most :data:`MONITOR_S` for this round's answers.
+        A node whose earlier call is still out is not asked again (its answer is taken
+        when it comes, in a later round); a call out longer than
+        :data:`STATUS_TIMEOUT_S` is given up and asked again. So one stopped node holds
+        no round: the other nodes' reports stay fresh for ``status``. An answer marks
+        the node alive and is reconciled with the job table (ended subtasks whose
+        notifications were lost, work done, runs to stop there); then silent nodes
+        become stale, and lost after ``node_timeout`` cycles; last, the journal's log is
+        folded into its file."""
         import ray
 
-        wait = 0.0 if self.service.recovered else MONITOR_S
-        last_error: dict[str, str] = {}
+        wait = 0.0
+        calls = ReportCalls(STATUS_TIMEOUT_S)
         while not self._stop.wait(wait):
-            wait = MONITOR_S
+            began = time.monotonic()
             asked = self.service.running_subtasks()
-            refs = {self.local_managers[n].report.remote(asked.get(n, [])): n
-                    for n in self.local_managers}
-            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=STATUS_TIMEOUT_S)
+            earlier = calls.refs()
+            new = []
+            for n in calls.to_ask(self.local_managers):
+                ref = self.local_managers[n].report.remote(asked.get(n, []))
+                calls.asked(ref, n, began)
+                new.append(ref)
+            ready: list[Any] = []
+            if new:
+                ready, _ = ray.wait(new, num_returns=len(new), timeout=MONITOR_S)
+            if earlier:
+                ready += ray.wait(earlier, num_returns=len(earlier), timeout=0)[0]
+            answered = set()
             for ref in ready:
-                node = refs[ref]
+                node = calls.came(ref)
                 try:
                     report = ray.get(ref, timeout=0)
                 except Exception as exc:  # noqa: BLE001 - that node did not answer
-                    last_error[node] = type(exc).__name__
+                    self._report_errors[node] = type(exc).__name__
                     continue
-                last_error.pop(node, None)
+                self._report_errors.pop(node, None)
+                answered.add(node)
                 self._restart_seen.discard(node)
                 try:
                     for run_id in self.service.apply_report(report):
                         self.local_managers[node].cancel.remote(run_id)
                 except Exception:  # noqa: BLE001 - asked again next time
                     log.exception("reconcile with %s", node)
-            answered = set()
-            for ref in refs:
-                if ref not in ready:
-                    last_error.setdefault(refs[ref], "no answer")
-                elif refs[ref] not in last_error:
-                    answered.add(refs[ref])
+            for node in calls.still_out(time.monotonic()):
+                self._report_errors.setdefault(node, "no answer")
+            last_error = dict(self._report_errors)
             try:
                 restarting = self._restarting(
                     [n for n in self.local_managers if n not in answered], last_error
@@ -565,6 +625,8 @@ class GlobalManagerActor:
                 self.service.checkpoint_journal()  # off the writers' path
             except Exception:  # noqa: BLE001 - a journal write checkpoints in the end
                 log.exception("journal checkpoint failed")
+            self._first_round.set()
+            wait = max(0.0, MONITOR_S - (time.monotonic() - began))
 
     def _restarting(self, nodes: list[str], last_error: Mapping[str, str]) -> set[str]:
         """Those of ``nodes`` (which did not answer) whose local manager Ray has been
@@ -594,6 +656,10 @@ class GlobalManagerActor:
         return self._restart_seen.intersection(nodes)
 
     def ready(self) -> dict[str, Any]:
+        """This manager's identity; answered once the monitor's first round is over (at
+        most :data:`STATUS_TIMEOUT_S` plus a round), so that ``status`` after ``up`` has
+        every node's first report."""
+        self._first_round.wait(STATUS_TIMEOUT_S + MONITOR_S)
         return {
             "ray_node_id": _node_id(),
             "pid": os.getpid(),
@@ -682,21 +748,20 @@ class GlobalManagerActor:
     def status(self, job_id: str | None = None, all_jobs: bool = False) -> dict[str, Any]:
         """Jobs, subtasks, nodes, virtual clocks, phase differences and counters.
         ``job_id``: only that job (also when archived); ``all_jobs``: the archived jobs
-        (finished past ``keep_finished_s``) too."""
+        (finished past ``keep_finished_s``) too. The nodes' part comes from their last
+        reports (the monitor's, once a second): no node is asked, so a stopped one does
+        not hold the answer; the controller is asked, with :data:`STATUS_DEADLINE_S`."""
         import ray
 
         desc = self.service.describe(job_id, archived=all_jobs)
-        refs = {n: h.status.remote() for n, h in self.local_managers.items()}
+        heard, subtasks = self.service.heard()
         ctl_ref = self.controller.status.remote()
-        ready, _ = ray.wait([*refs.values(), ctl_ref], num_returns=len(refs) + 1,
-                            timeout=STATUS_DEADLINE_S)
-        answered = set(ready)
-        lm_status = {name: _view(ref, answered) for name, ref in refs.items()}
-        ctl = _view(ctl_ref, answered)
+        ready, _ = ray.wait([ctl_ref], num_returns=1, timeout=STATUS_DEADLINE_S)
+        ctl = _view(ctl_ref, set(ready))
         if "error" in ctl:
             ctl.update(jobs={}, counters={})
-        st = assemble_status(desc, lm_status, ctl, self.placements, self.config, self.info,
-                             job_id)
+        st = assemble_status(desc, heard, subtasks, ctl, self.placements, self.config,
+                             self.info, job_id, dict(self._report_errors))
         st["global_manager"] = {
             "api": self.api.url if self.api is not None else None,
             "api_error": self.api_error,
@@ -737,63 +802,103 @@ def _view(ref: Any, answered: set[Any]) -> dict[str, Any]:
     return view
 
 
+#: The live fields of a subtask's last report that ``status`` shows on its subtask.
+LIVE_FIELDS = ("done_work", "weight", "virtual_weight", "virtual_time", "share", "pid",
+               "cpu_s", "start_time")
+
+
+def node_status(
+    node: Mapping[str, Any],
+    heard: HeardReport | None,
+    placement: tuple[str | None, bool],
+    error: str | None = None,
+) -> dict[str, Any]:
+    """One node as ``status`` shows it: ``node`` (the global manager's record of it:
+    budget, health, ...) with what its last report says (``heard``; None: it has not
+    reported since this global manager started). A node is ``answering`` while its last
+    report is fresh (:data:`~runtime.global_service.REPORT_FRESH_S`); one that is not
+    shows its last report's figures, ``answering`` false and an ``error`` saying so
+    (``error``: why its last report call failed, if it did). ``report_age_s``: real s
+    since its last report."""
+    ray_id, emulated = placement
+    rep = heard.report if heard is not None else None
+    answering = heard is not None and heard.fresh
+    if heard is None:
+        why: str | None = "not answering (no report since the global manager started)"
+    elif not answering:
+        why = f"not answering (no report for {heard.age_s:.0f} s)"
+    else:
+        why = (rep.error or None) if rep is not None else None
+    if why is not None and not answering and error and error != "no answer":
+        why += f"; last call: {error}"
+    return dict(
+        node,
+        ray_node_id=ray_id,
+        emulated=emulated,
+        ready=answering and rep is not None and rep.loop_running and not rep.error
+        and node.get("health", "up") == "up",
+        error=why,
+        answering=answering,
+        report_age_s=heard.age_s if heard is not None else None,
+        model_time=rep.model_time if rep is not None else None,
+        incarnation=rep.incarnation if rep is not None else None,
+        running_subtasks=0 if rep is None else sum(
+            1 for s in rep.subtasks if s.state is SubtaskPhase.RUNNING),
+        counters=dict(rep.counters) if rep is not None else {},
+        transport=dict(rep.transport) if rep is not None else {},
+    )
+
+
+def _with_live(d: dict[str, Any], live: SubtaskReport | None) -> None:
+    """Put a subtask's last report's live fields on its status record ``d``; its state,
+    exit code and reason only where the job table has none."""
+    if live is None:
+        return
+    for key in LIVE_FIELDS:
+        value = getattr(live, key)
+        if value is not None:
+            d[key] = value
+    if d.get("state") is None:
+        d["state"] = live.state.value
+    if d.get("exit_code") is None and live.exit_code is not None:
+        d["exit_code"] = live.exit_code
+    if d.get("reason") is None:
+        d["reason"] = live.reason
+
+
 def assemble_status(
     desc: dict[str, Any],
-    lm_status: dict[str, Any],
+    heard: Mapping[str, HeardReport],
+    subtask_reports: Mapping[tuple[str, int], SubtaskReport],
     ctl: dict[str, Any],
     placements: list[tuple[Node, str, bool]],
     config: RuntimeConfig,
     info: dict[str, Any],
     job_id: str | None = None,
+    errors: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Merge the global manager's, the local managers' and the controller's views into
-    the document ``coalloc status --json`` prints."""
+    """The document ``coalloc status --json`` prints, from typed records: the global
+    manager's job table and nodes (``desc``: :meth:`GlobalService.describe`), each
+    node's last report (``heard``) and each subtask's (``subtask_reports``; both
+    :meth:`GlobalService.heard`), and the controller's view (``ctl``; its placeholder
+    when it did not answer). ``errors``: why a node's last report call failed."""
     placement = {node.name: (ray_id, emulated) for node, ray_id, emulated in placements}
-    by_key: dict[tuple[str, int], dict[str, Any]] = {}
-    for name, st in lm_status.items():
-        for s in st.get("subtasks", []):
-            by_key[(s["job_id"], s["index"])] = dict(s, node=name)
-    nodes = []
-    for n in desc["nodes"]:
-        st = lm_status.get(n["name"], {})
-        ray_id, emulated = placement.get(n["name"], (None, False))
-        nodes.append(
-            dict(
-                n,
-                ray_node_id=ray_id,
-                emulated=emulated,
-                ready=bool(st.get("running")) and not st.get("error")
-                and n.get("health", "up") == "up",
-                error=st.get("error"),
-                answering=st.get("answering", True),
-                model_time=st.get("model_time"),
-                incarnation=st.get("incarnation"),
-                running_subtasks=sum(
-                    1 for s in st.get("subtasks", []) if s.get("state") == "running"
-                ),
-                counters=st.get("counters", {}),
-                transport=st.get("transport", {}),
-            )
-        )
+    errs = errors or {}
+    nodes = [node_status(n, heard.get(n["name"]), placement.get(n["name"], (None, False)),
+                         errs.get(n["name"]))
+             for n in desc["nodes"]]
     ctl_jobs = ctl.get("jobs", {})
     jobs = []
     for j in desc["jobs"]:
         if job_id is not None and j["job_id"] != job_id:
             continue
-        run_id = j.get("run_id") or j["job_id"]
+        run_id = j["run_id"]  # every job record names its current run
         view = ctl_jobs.get(run_id, {}) if j["state"] != "pending" else {}
         tvs = view.get("virtual_times")
         subs = []
         for s in j["subtasks"]:
-            live = by_key.get((run_id, s["index"]), {})
             d = dict(s)
-            for key in ("done_work", "weight", "virtual_weight", "virtual_time", "share", "pid",
-                        "cpu_s", "start_time"):
-                if key in live:
-                    d[key] = live[key]
-            for key in ("state", "exit_code", "reason"):
-                if d.get(key) is None and live.get(key) is not None:
-                    d[key] = live[key]
+            _with_live(d, subtask_reports.get((run_id, s["index"])))
             if tvs is not None and s["index"] < len(tvs) and view.get("closed") is False:
                 d["controller_virtual_time"] = tvs[s["index"]]
                 d["controller_done"] = bool(view["done"][s["index"]])

@@ -126,6 +126,25 @@ DISPATCH_WORKERS = 16
 #: machine, where ``node_timeout`` is 15 s at the default time scale. A manager that never
 #: comes back is still lost, after ``max(node_timeout cycles, this)``.
 MANAGER_RESTART_WAIT_S = 120.0
+#: Real seconds a node's last :class:`NodeReport` stays fresh: ``status`` shows a node
+#: whose last report is older (three of the monitor's once-a-second rounds missed) as not
+#: answering. ``status`` answers from these reports; it never waits on a node.
+REPORT_FRESH_S = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class HeardReport:
+    """A node's last :class:`NodeReport` as the global manager holds it: ``received_at``
+    (model s it arrived) and ``age_s`` (real s since, when it was read)."""
+
+    report: NodeReport
+    received_at: float
+    age_s: float = 0.0
+
+    @property
+    def fresh(self) -> bool:
+        """Not older than :data:`REPORT_FRESH_S`."""
+        return self.age_s <= REPORT_FRESH_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +386,12 @@ class GlobalService:
         self.last_seen: dict[str, float] = {n.name: clock.now() for n in nodes}
         #: Last known work done (Mcycles) per (run id, subtask index), from the nodes.
         self.progress: dict[tuple[str, int], float] = {}
+        #: Each node's last report and when it came (model s): what ``status`` shows of
+        #: the nodes (not journaled: a recovered service has none until they report).
+        self.node_reports: dict[str, tuple[NodeReport, float]] = {}
+        #: The last report of each subtask of a job in the table, by (run id, index):
+        #: what ``status`` shows of a subtask, also after it left its node.
+        self.subtask_reports: dict[tuple[str, int], SubtaskReport] = {}
         self.counters: dict[str, int] = {
             "requeued": 0, "failed_node_loss": 0, "failed_subtask": 0, "dispatch_failed": 0,
             "zombies_cancelled": 0, "nodes_lost": 0,
@@ -647,7 +672,9 @@ class GlobalService:
                 self._dirty.pop(info.job_id, None)
                 for n in range(1, info.dispatches + 1):
                     for s in info.subtasks:
-                        self.progress.pop((str(RunId(info.job_id, n)), s.index), None)
+                        key = (str(RunId(info.job_id, n)), s.index)
+                        self.progress.pop(key, None)
+                        self.subtask_reports.pop(key, None)
             log.info("%d finished jobs archived (kept %.6g model s)", len(moved),
                      self.keep_finished)
             return len(moved)
@@ -750,11 +777,35 @@ class GlobalService:
         """What the monitor does with a node's answer (:class:`NodeReport`): the node is
         alive if its loop runs, its measured QoS capacity is observed, its subtasks are
         reconciled (:meth:`reconcile`). Returns the runs to stop there
-        (:meth:`runs_to_stop`): the caller cancels them on the node."""
+        (:meth:`runs_to_stop`): the caller cancels them on the node. The report is kept
+        for ``status`` (:meth:`heard`)."""
+        self.keep_report(report)
         self.node_answered(report.node, report.loop_running)
         self.observe_qos_capacity(report.node, report.qos_capacity)
         self.reconciled += self.reconcile(report.node, report.subtasks)
         return self.runs_to_stop(report.node, report.subtasks)
+
+    def keep_report(self, report: NodeReport) -> None:
+        """Keep ``report`` as its node's last, and its subtasks' reports (those of runs
+        of jobs in the table) as theirs: what ``status`` is assembled from."""
+        with self._lock:
+            self.node_reports[report.node] = (report, self.clock.now())
+            for r in report.subtasks:
+                if RunId.parse(r.run_id, self.jobs).job_id in self.jobs:
+                    self.subtask_reports[r.key] = r
+
+    def heard(self) -> tuple[dict[str, HeardReport], dict[tuple[str, int], SubtaskReport]]:
+        """What ``status`` shows of the nodes and their subtasks, without asking them:
+        each node's last report with its age (nodes not heard from since this service
+        started are absent), and the last report of each subtask (:meth:`keep_report`)."""
+        with self._lock:
+            now = self.clock.now()
+            scale = self.clock.base.scale  # model s per real s
+            nodes = {
+                name: HeardReport(rep, at, max(0.0, (now - at) / scale))
+                for name, (rep, at) in self.node_reports.items()
+            }
+            return nodes, dict(self.subtask_reports)
 
     def reconcile(self, node: str, seen: Sequence[SubtaskReport]) -> int:
         """Apply what node ``node``'s local manager says about its subtasks (its

@@ -385,26 +385,41 @@ class NodeRuntime:
                     subtasks.append(SubtaskReport(
                         str(h["job_id"]), int(h["index"]), SubtaskPhase(h["state"]),
                         h.get("done_work"), h.get("finish_time"), h.get("exit_code"),
-                        str(h.get("reason") or ""),
+                        str(h.get("reason") or ""), h.get("start_time"), h.get("weight"),
+                        h.get("virtual_weight"), h.get("virtual_time"), h.get("share"),
+                        h.get("pid"), h.get("cpu_s"),
                     ))
             return NodeReport(self.node.name, self.running,
-                              self.scheduler.qos_capacity(self.q), tuple(subtasks))
+                              self.scheduler.qos_capacity(self.q), tuple(subtasks),
+                              self.incarnation, self._last_boundary, self.error or "",
+                              dict(self.counters))
 
     def _report(self, rec: _Record) -> SubtaskReport:
-        """One subtask's report; ``done_work`` as :meth:`_describe` gives it."""
+        """One subtask's report: the fields :meth:`_describe` gives it, typed."""
         s = rec.subtask
-        run = self._procs.get(s.key)
+        key = s.key
+        run = self._procs.get(key)
+        live = self.scheduler.get(key)
+        share = pid = cpu = None
+        vt: float | None = None
         if run is not None:
             done: float | None = run.measured
+            vt = self.scheduler.virtual_time(key) if live is not None else rec.virtual_time
+            share = run.share
+            if run.executor is not None:
+                pid, cpu = run.executor.pid, run.executor.cpu_s_total
+            else:
+                cpu = 0.0
         elif rec.measured is not None:
             done = rec.measured
-        elif rec.state is SubtaskPhase.FINISHED:
-            done = s.work
         else:
-            live = self.scheduler.get(s.key)
-            done = (live if live is not None else s).done_work
+            done = s.work if rec.state is SubtaskPhase.FINISHED \
+                else (live if live is not None else s).done_work
+            vt = self.scheduler.virtual_time(key) if live is not None else rec.virtual_time
+        weights = live if live is not None else s
         return SubtaskReport(s.job_id, s.index, rec.state, done, rec.finish, rec.exit_code,
-                             rec.reason)
+                             rec.reason, rec.start, weights.weight, weights.virtual_weight,
+                             vt, share, pid, cpu)
 
     # ----------------------------------------------------------------- the loop
     def run(self) -> None:

@@ -10,10 +10,10 @@ scheduling weight starts at its expected rate ``x_i``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from workloads.model import QosClass
 
@@ -128,7 +128,13 @@ class SubtaskReport:
     """One subtask as its local manager reports it to the global manager's
     reconciliation: ``run_id`` (its job id on the node: the run's id), ``index``,
     ``state``, ``done_work`` (Mcycles done so far; None: not known), and for one that
-    ended, ``finish_time`` (model s), ``exit_code`` (process subtasks) and ``reason``."""
+    ended, ``finish_time`` (model s), ``exit_code`` (process subtasks) and ``reason``.
+
+    What ``coalloc status`` shows of it (None: not known, or not of this kind of
+    subtask): ``start_time`` (model s of its start boundary), ``weight`` and
+    ``virtual_weight`` (Mcycles/s, the local scheduler's), ``virtual_time`` (model s,
+    its virtual clock), and for a process subtask ``share`` (of a core), ``pid`` and
+    ``cpu_s`` (CPU s its processes used)."""
 
     run_id: str
     index: int
@@ -137,6 +143,13 @@ class SubtaskReport:
     finish_time: float | None = None
     exit_code: int | None = None
     reason: str = ""
+    start_time: float | None = None
+    weight: float | None = None
+    virtual_weight: float | None = None
+    virtual_time: float | None = None
+    share: float | None = None
+    pid: int | None = None
+    cpu_s: float | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -158,9 +171,21 @@ class NodeReport:
     call; the status document is for people): whether its cycle loop runs
     (``loop_running``), what its QoS queue can get now (``qos_capacity``, Mcycles/s),
     every subtask still on it and, of those that left it, the ones the global manager
-    asked about (it still has them running)."""
+    asked about (it still has them running).
+
+    Also what ``coalloc status`` shows of the node, so that ``status`` answers from the
+    global manager's last reports and never waits on a node: ``incarnation``,
+    ``model_time`` (model s of its last boundary), ``error`` (why its loop died; empty:
+    it did not), ``counters`` (its cycle and report counters) and ``transport`` (its
+    report sender's and command subscriber's counters, as they count them). No history:
+    the ended subtasks it keeps for people stay on the node."""
 
     node: str
     loop_running: bool
     qos_capacity: float
     subtasks: tuple[SubtaskReport, ...] = ()
+    incarnation: int | None = None
+    model_time: float | None = None
+    error: str = ""
+    counters: Mapping[str, int] = field(default_factory=dict)
+    transport: Mapping[str, Any] = field(default_factory=dict)

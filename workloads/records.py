@@ -5,7 +5,8 @@ A record is a dataclass of the model (frozen where it is a value: :class:`JobSpe
 :class:`~runtime.global_service.PlacedSubtask`, ...); :func:`to_record` turns it into
 JSON-able data (enums as their values, tuples and frozensets as lists, nested records as
 mappings, numbers in the record's own units, e.g. Mcycles: no unit conversion, so a
-float comes back bit for bit; a field at its default is left out) and
+float comes back bit for bit; a field at its default is left out, so a ``-0.0`` where
+the default is ``0.0`` comes back as ``0.0``) and
 :func:`from_record` reads it back, checking every field against the record's type hints.
 Both are pydantic's :class:`pydantic.TypeAdapter` over the record's class, built once
 per class. A record that does not fit raises

@@ -289,7 +289,8 @@ def plot_handler(args: argparse.Namespace) -> int:
 def plot_job(out: Path, job: str, points: Sequence[PeriodPoint], summary: dict[str, Any] | None,
              source: str, asynchrony: float | None, overall_deviation: float | None) -> None:
     """Draw one job's logged periods: phase difference (s) and ``T̄_v - T_R`` (s) against
-    real time (s), firings marked, windows drawn when given."""
+    ``T_R`` (the log's ``real_time``: model s; live, real s x the time scale), firings
+    marked, windows drawn when given."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -281,9 +281,10 @@ def test_status_queue_and_submit_answer_while_a_dispatch_waits_on_a_stopped_node
 def test_status_marks_a_stopped_node_as_not_answering_and_it_answers_again(
     deployment: Any, capsys: Any
 ) -> None:
-    """``status`` asks every node at once and waits one short deadline for the lot: a
-    SIGSTOPped local manager is shown as not answering (the other nodes' views are
-    there), in ``--json`` and in the table; after SIGCONT it answers again."""
+    """``status`` answers from the nodes' last reports (it asks no node): a SIGSTOPped
+    local manager's report grows old and it is shown as not answering, with its last
+    figures (the other nodes' reports stay fresh: the monitor does not wait on it), in
+    ``--json`` and in the table; after SIGCONT it answers again."""
     from runtime.config import LOCAL_PREFIX
 
     cluster, _ = deployment

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,6 +135,31 @@ def test_plot_a_named_job_with_both_windows(logs: Path, tmp_path: Path, capsys) 
                        "--asynchrony", "120", "--overall-deviation", "300")
     assert code == 0 and f"job {job}" in out
     assert out_png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_plot_x_axis_says_the_unit_it_shows(logs: Path, tmp_path: Path, capsys,
+                                                monkeypatch) -> None:
+    """The x axis is the log's ``real_time`` (the model's T_R, in model s; live, real s
+    x the time scale): labelled so (issue 15 §2), its range the plotted periods'."""
+    import matplotlib.figure
+
+    seen: list[tuple[str, tuple[float, float]]] = []
+
+    def savefig(fig: Any, out: Any, **_: Any) -> None:
+        bottom = fig.axes[1]
+        seen.append((bottom.get_xlabel(), bottom.get_xlim()))
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    path = logs / "sq.jsonl"
+    job = next(r["job"] for r in read_log(path) if r["type"] == "period")
+    ts = [float(r["real_time"]) for r in read_log(path)
+          if r["type"] == "period" and r["job"] == job]
+    code, _, _ = run(capsys, "plot", str(path), "--job", job, "--out",
+                     str(tmp_path / "j.png"))
+    assert code == 0
+    ((label, (lo, hi)),) = seen
+    assert "model time" in label and label.endswith("(model s)")
+    assert lo <= min(ts) and max(ts) <= hi
 
 
 def _one_line_error(code: int, err: str, message: str) -> None:
