@@ -86,12 +86,6 @@ class SimConfig:
     #: (:meth:`LocalScheduler._near_end_split`); off = compute such splits afresh, as
     #: the reference does. The same bytes either way.
     replay_near_end: bool = True
-    #: Lean mode only: while a node replays its last split by countdown, the booking of
-    #: its grid-local and best-effort entries waits until something reads them (the
-    #: controller reads only grid QoS clocks), then runs cycle by cycle with the same
-    #: arithmetic (``LocalScheduler.defer_booking``); off = book every entry every cycle,
-    #: as the reference does. The same bytes either way.
-    defer_booking: bool = True
     #: ``reject`` (the paper) or ``wait`` (the pending queue); a string is accepted.
     queue: QueueMode = QueueMode.REJECT
 

@@ -167,7 +167,6 @@ def simulate(
     schedulers = {n.name: LocalScheduler(n, local_cfg) for n in workload.nodes}
     for sched in schedulers.values():
         sched.replay_near_end = cfg.replay_near_end
-        sched.defer_booking = cfg.defer_booking
     ctl = ControllerCore(
         pol.controller_config,
         pol.controller,

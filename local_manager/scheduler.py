@@ -51,8 +51,6 @@ DEFAULT_QUEUE_WEIGHTS: Mapping[QueueName, float] = {
 }
 
 _QUEUES: tuple[QueueName, ...] = tuple(QueueName)
-#: The queues QoS share is lent to under pace control, in lending order.
-_LEND_TARGETS: tuple[QueueName, ...] = (QueueName.BEST_EFFORT, QueueName.LOCAL)
 
 #: Entries of the grid-local and best-effort queues that share the CPU at once (a node's
 #: "slots"); more wait in arrival order. Bounds the per-cycle work under overload too.
@@ -233,31 +231,6 @@ class _LastCycle:
     entries: list[_Entry] | None = None
 
 
-@dataclass(slots=True)
-class _Deferred:
-    """The booking of a countdown's grid-local and best-effort entries, put off
-    (:meth:`LocalScheduler.step_lean`): nothing reads their work done or clocks while the
-    last split replays (the controller reads only grid QoS clocks), so their cycles are
-    booked when something does (:meth:`LocalScheduler._materialize`), with the very
-    arithmetic of :meth:`LocalScheduler._book_one`, cycle by cycle; each entry's
-    arithmetic is its own, so the order across entries does not matter."""
-
-    #: The split it is about (a new one needs a new plan).
-    last: _LastCycle
-    cycle: float
-    #: Entries booked every cycle, in entry order: the grid QoS ones, and any that might
-    #: finish within ``room`` cycles.
-    eager: list[_Entry]
-    #: The entries whose booking waits, with their grant per cycle (Mcycles).
-    lazy: list[tuple[_Entry, float]]
-    #: One cycle's CPU used: every grant of the split summed in entry order (Mcycles).
-    used: float
-    #: Cycles that may still be put off (none of ``lazy`` finishes within them).
-    room: int
-    #: The ends (s) of the cycles put off and not yet booked, in order.
-    times: list[float] = field(default_factory=list)
-
-
 def _same_float(a: float, b: float) -> bool:
     """Whether two floats are the same number, the sign of a zero included."""
     return a == b and (a != 0.0 or math.copysign(1.0, a) == math.copysign(1.0, b))
@@ -291,7 +264,6 @@ class LocalScheduler:
         self.config = config or LocalSchedulerConfig()
         self.incarnation = incarnation
         self._queue_shares = [max(self.config.share(q), 1e-12) for q in QueueName]
-        self._lend_shares = [self._queue_shares[_QUEUES.index(q)] for q in _LEND_TARGETS]
         # Running entries (share the CPU) and, per capped queue, waiting ones in arrival
         # order; a key is in exactly one of them.
         self._entries: dict[tuple[str, int], _Entry] = {}
@@ -311,25 +283,17 @@ class LocalScheduler:
         ] = {}
         # What the last fresh split read (_fresh_split; kept by step_lean in _LastCycle).
         self._split_inputs: _SplitInputs | None = None
-        # A countdown's grid-local and best-effort entries whose booking waits (step_lean).
-        self._deferred: _Deferred | None = None
         #: :meth:`step_lean` replays the last split through cycles in which an entry near
         #: its end moved its cap when the split is shown to be the same
         #: (:meth:`_near_end_split`); off: such cycles compute the split afresh. The
         #: simulator's switch (``SimConfig.replay_near_end``); :meth:`step` never does.
         self.replay_near_end = True
-        #: :meth:`step_lean` puts off booking the grid-local and best-effort entries of a
-        #: split replayed by countdown until something reads them (:class:`_Deferred`);
-        #: off: every entry is booked every cycle. The simulator's switch
-        #: (``SimConfig.defer_booking``); :meth:`step` never does.
-        self.defer_booking = True
 
     # ----------------------------------------------------------------- membership
     def add(self, subtask: Subtask, now: float) -> None:
         """Place ``subtask`` on this node at real time ``now`` (s); its clocks start there.
         The scheduler keeps its own copy (it owns the subtask's live state: done work,
         weights, finish time; :meth:`get` reads it): the caller's record is not changed."""
-        self._materialize()
         if subtask.node != self.node.name:
             raise ValueError(
                 f"subtask {subtask.key} is for node {subtask.node!r}, not {self.node.name!r}"
@@ -382,7 +346,6 @@ class LocalScheduler:
 
     def remove(self, key: tuple[str, int]) -> Subtask | None:
         """Take a subtask (and its virtual subtask) off the node; ``None`` if absent."""
-        self._materialize()
         entry = self._entries.pop(key, None)
         if entry is None:
             for waiting in self._waiting.values():
@@ -394,7 +357,6 @@ class LocalScheduler:
 
     def remove_job(self, job_id: str) -> list[Subtask]:
         """Take every subtask of ``job_id`` off the node (cancel)."""
-        self._materialize()
         keys = [k for k in self._entries if k[0] == job_id]
         keys += [k for w in self._waiting.values() for k in w if k[0] == job_id]
         out = [s for s in (self.remove(k) for k in keys) if s is not None]
@@ -406,7 +368,6 @@ class LocalScheduler:
     ) -> bool:
         """Apply a controller decision (Mcycles/s, all >= 0; ``rate_cap`` 0 = no cap).
         False if the subtask is gone."""
-        self._materialize()
         if (
             not (math.isfinite(weight) and math.isfinite(virtual_weight))
             or not math.isfinite(rate_cap)
@@ -432,7 +393,6 @@ class LocalScheduler:
     def restore_clock(self, key: tuple[str, int], virtual_time: float, real_time: float) -> None:
         """Set a subtask's virtual clock to ``virtual_time`` as of real time ``real_time``
         (s): a restarted local manager resumes it from its checkpoint (KeyError if absent)."""
-        self._materialize()
         entry = self._find(key)
         if entry is None:
             raise KeyError(key)
@@ -442,20 +402,17 @@ class LocalScheduler:
 
     def subtasks(self) -> list[Subtask]:
         """The subtasks on the node: running ones in placement order, then waiting ones."""
-        self._materialize()
         out = [e.subtask for e in self._entries.values()]
         for waiting in self._waiting.values():
             out.extend(e.subtask for e in waiting.values())
         return out
 
     def get(self, key: tuple[str, int]) -> Subtask | None:
-        self._materialize()
         entry = self._find(key)
         return entry.subtask if entry else None
 
     def virtual_time(self, key: tuple[str, int]) -> float:
         """``T_V`` of a subtask on this node, s."""
-        self._materialize()
         entry = self._find(key)
         if entry is None:
             raise KeyError(key)
@@ -484,7 +441,6 @@ class LocalScheduler:
         """Move every running subtask's clocks to ``real_time`` (s) without CPU: the node
         did not run its subtasks in between (its manager was stalled), so no work is
         booked and each virtual clock stays where it was (eq. 4 with ``x-bar = 0``)."""
-        self._materialize()
         for e in self._entries.values():
             if e.subtask.finish_time is None and real_time > e.clock.previous_real_time:
                 e.clock.advance(real_time, 1.0, 0.0)
@@ -509,8 +465,6 @@ class LocalScheduler:
         every subtask has one virtual clock, kept here. Their grants still say what the
         scheduler gave them (the live runtime sets the next cycle's CPU share from it).
         """
-        self._materialize()
-        self._deferred = None  # it books every entry: a plan's room no longer holds
         if not math.isfinite(cycle) or cycle <= 0:
             raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
         if not measured and self._can_replay(cycle):
@@ -546,7 +500,6 @@ class LocalScheduler:
         if last is not None and last.near_end and last.cycle == cycle:
             # The quiet test failed on the last cycle already (an entry near its end);
             # it fails until a finish or a change drops the split: go to the proof.
-            self._materialize()
             held = self._near_end_split(cycle) if self.replay_near_end else None
             if held is None:
                 return self._fresh_lean(real_time, cycle)
@@ -554,109 +507,22 @@ class LocalScheduler:
         if self._can_replay(cycle):
             last = self._last
             assert last is not None
-            plan = self._deferred
-            if plan is None or plan.last is not last or plan.room < 1 or not self.defer_booking:
-                self._materialize()
-                plan = self._deferred = (
-                    self._defer_plan(last, cycle) if self.defer_booking else None
-                )
-            if plan is not None:
-                # The grid QoS entries (and any that might finish) now; the others' cycle
-                # is booked when something reads them (the same arithmetic).
-                out = self._book_one(real_time, cycle, plan.eager, last.granted,
-                                     last.available, False, False)
-                out.used = plan.used
-                plan.times.append(real_time)
-                plan.room -= 1
-            else:
-                entries = last.entries
-                if entries is None:
-                    entries = [
-                        e for e in self._entries.values() if e.subtask.finish_time is None
-                    ]
-                out = self._book(real_time, cycle, entries, last.granted, last.available,
-                                 None, all_rows=False)
+            entries = last.entries
+            if entries is None:
+                entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
+            out = self._book(real_time, cycle, entries, last.granted, last.available, None,
+                             all_rows=False)
             self._seq += len(out.qos_granted)
             if out.finished:
                 self._last = None
             else:
                 out.virtual_idle = last.virtual_idle * 1.0
             return out
-        self._materialize()
         if self.replay_near_end and last is not None and last.inputs is not None:
             held = self._near_end_split(cycle)
             if held is not None:
                 return self._replay_lean(held, real_time, cycle)
         return self._fresh_lean(real_time, cycle)
-
-    def _defer_plan(self, last: _LastCycle, cycle: float) -> _Deferred | None:
-        """Which entries of a countdown (the last split replayed by :meth:`_can_replay`,
-        which has just answered yes) can have their booking put off, and for how many
-        cycles: the countdown's (this cycle and the ones it still counts), during which
-        nothing reads their figures but :meth:`_materialize`. A grid-local or best-effort
-        entry is put off when it cannot finish within them (its work left stays above
-        ``WORK_EPSILON`` plus a margin far above the rounding of the work done) and it is
-        expected to progress; ``None`` when there is nothing to put off or too little
-        time to gain by it."""
-        known = self._quiet_known
-        room = 1 + (known[1] if known is not None and known[0] is last else 0)
-        if room < 2:
-            return None
-        entries = last.entries
-        if entries is None:
-            entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
-        grant_of = last.granted.get
-        qos = QueueName.QOS
-        used = 0.0
-        eager: list[_Entry] = []
-        lazy: list[tuple[_Entry, float]] = []
-        for e in entries:
-            g = grant_of(e.key, 0.0)
-            used += g  # _book_one's sum, in entry order
-            s = e.subtask
-            if e.queue is not qos and g >= 0 and s.expected_rate * cycle > 0:
-                # It finishes in a cycle only if its work left less its grant is at most
-                # WORK_EPSILON at that cycle's start; within ``room`` cycles that needs
-                # left - room * g <= WORK_EPSILON, up to rounding (at most about 1e-16 of
-                # the work per cycle; the margin is 1e-9 of it).
-                left = s.work - s.done_work
-                if left - room * g > WORK_EPSILON + 1e-9 * (abs(s.work) + 1.0):
-                    lazy.append((e, g))
-                    continue
-            eager.append(e)
-        if not lazy:
-            return None
-        return _Deferred(last, cycle, eager, lazy, used, room)
-
-    def _materialize(self) -> None:
-        """Book the cycles put off (:class:`_Deferred`) on their entries: per entry, cycle
-        by cycle, :meth:`_book_one`'s arithmetic (work done, eq. (4) on the clock)."""
-        plan = self._deferred
-        if plan is None or not plan.times:
-            return
-        times = plan.times
-        plan.times = []
-        per_cycle = plan.cycle
-        for e, g in plan.lazy:
-            s = e.subtask
-            clock = e.clock
-            work = s.work
-            per = s.expected_rate * per_cycle
-            done = s.done_work
-            vt = clock.virtual_time
-            prev = clock.previous_real_time
-            for t in times:
-                left = work - done
-                x = per if per < left else left
-                done += g
-                if not (x > 0 and t >= prev) or left - g <= WORK_EPSILON:
-                    # Not reached while planned (a finish, a clock going back): stop here.
-                    raise AssertionError(f"deferred booking of {e.key} went wrong at {t!r}")
-                vt += (g / x) * (t - prev)
-                prev = t
-            s.done_work = done
-            clock.virtual_time = vt
-            clock.previous_real_time = prev
 
     def _fresh_lean(self, real_time: float, cycle: float) -> LeanCycle:
         """:meth:`step_lean`'s cycle with a split computed afresh."""
@@ -710,7 +576,6 @@ class LocalScheduler:
         and that water filling, computed again on the new caps, gives every entry and
         the virtual subtasks the same figures. Every other step of the split reads the
         same numbers as before, so it does the same operations on them."""
-        self._materialize()
         last = self._last
         if last is None or last.cycle != cycle or self.config.work_conserving:
             return None
@@ -845,7 +710,6 @@ class LocalScheduler:
         running entries, their grants (Mcycles), each queue's CPU, what virtual subtasks
         held idle and what was lent (Mcycles), the node's capacity (Mcycles) and, per
         capped QoS subtask, what it would get uncapped (``None``: no caps)."""
-        self._materialize()
         node = self.node
         capacity = node.cpu_rate * cycle
         full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle  # one core, full speed
@@ -860,14 +724,9 @@ class LocalScheduler:
         released = 0.0  # QoS demand (Mcycles) the rate caps hold back this cycle
         uncapped: dict[tuple[str, int], float] = {}  # demand of capped entries without cap
         rows: list[tuple[_Entry, Subtask, tuple[str, int], float, float | None]] = []
-        # Each queue's caps in entry order (their sum is the queue's demand).
-        caps_by_queue: dict[QueueName, list[float]] = {q: [] for q in _QUEUES}
-        qos = QueueName.QOS
         for e in entries:
             s = e.subtask
-            queue = e.queue
-            key = e.key
-            by_queue[queue].append(e)
+            by_queue[e.queue].append(e)
             cores = s.demand.cpu
             per = full_cpu if cores == 1.0 else min(cores, node.cores) * node.speed_mhz * cycle
             left = s.work - s.done_work
@@ -875,20 +734,19 @@ class LocalScheduler:
             rate_cap = None
             if paced:
                 if s.rate_cap > 0:
-                    uncapped[key] = c
+                    uncapped[e.key] = c
                     rate_cap = s.rate_cap * cycle
-                    if rate_cap < c:
-                        released += c - rate_cap
-                        c = rate_cap
-            elif s.virtual_weight > 0 and queue is qos:
+                if s.rate_cap > 0 and s.rate_cap * cycle < c:
+                    released += c - s.rate_cap * cycle
+                    c = s.rate_cap * cycle
+            elif s.virtual_weight > 0 and e.queue is QueueName.QOS:
                 n_virtual += 1
-            cap[key] = c
-            caps_by_queue[queue].append(c)
-            rows.append((e, s, key, per, rate_cap))
+            cap[e.key] = c
+            rows.append((e, s, e.key, per, rate_cap))
 
         queue_demand: list[float] = []
         for q in _QUEUES:
-            d = sum(caps_by_queue[q])
+            d = sum(cap[e.key] for e in by_queue[q])
             if q is QueueName.QOS:
                 # A virtual subtask may hold the whole node (a weight holder, not a
                 # process): were it capped at one core, on a node whose QoS share is more
@@ -987,8 +845,8 @@ class LocalScheduler:
             qos_cpu = min(lifted_demand, capacity - others)
         else:
             qos_cpu = min(lifted_demand, self._queue_shares[qi] * capacity)
-        # The QoS entries' demands uncapped (all _share_queue reads of them).
-        demands = {e.key: (uncapped[e.key] if e.key in uncapped else cap[e.key]) for e in qos}
+        demands = dict(cap)
+        demands.update(uncapped)
         shares: dict[tuple[str, int], float] = {}
         self._share_queue(qos, qos_cpu, demands, QueueName.QOS, full_cpu, capacity, shares,
                           uncapped=True)
@@ -1005,7 +863,6 @@ class LocalScheduler:
         (:class:`global_manager.admission.MeasuredCapacityAdmission`) reads: it depends on
         the other queues' running entries and the work they have left, never on the QoS
         queue's own subtasks, so admitting more strict work does not change it."""
-        self._materialize()
         if not math.isfinite(cycle) or cycle <= 0:
             raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
         node = self.node
@@ -1050,9 +907,15 @@ class LocalScheduler:
         writing each real entry's grant into ``granted``; return what the virtual subtasks
         held (Mcycles). ``uncapped``: the split is :meth:`_available_uncapped`'s (kept apart
         in the cache of the last water filling per queue)."""
-        weights = [w if w > 1e-9 else 1e-9 for w in [e.subtask.weight for e in members]]
-        demands = [cap[e.key] for e in members]
-        multi = not all([e.cpu_only for e in members])
+        weights: list[float] = []
+        demands: list[float] = []
+        multi = False
+        for e in members:
+            s = e.subtask
+            weights.append(s.weight if s.weight > 1e-9 else 1e-9)
+            demands.append(cap[e.key])
+            if not multi and not e.cpu_only:
+                multi = True
         n_real = len(members)
         if queue is QueueName.QOS:
             for e in members:
@@ -1120,47 +983,24 @@ class LocalScheduler:
         return out
 
     @staticmethod
-    def _unmet(
-        members: list[_Entry],
-        cap: Mapping[tuple[str, int], float],
-        granted: Mapping[tuple[str, int], float],
-    ) -> list[float]:
-        """Each entry's unmet demand, ``max(0, cap - grant)`` (Mcycles), in entry order."""
-        get = granted.get
-        out: list[float] = []
-        for e in members:
-            key = e.key
-            v = cap[key] - get(key, 0.0)
-            out.append(v if v > 0.0 else 0.0)  # max(0.0, v), written out
-        return out
-
-    @staticmethod
     def _lend(
         members: list[_Entry],
         spare: float,
         cap: Mapping[tuple[str, int], float],
         granted: dict[tuple[str, int], float],
-        unmet: list[float] | None = None,
     ) -> float:
         """Give up to ``spare`` Mcycles to the unmet demand of ``members`` (one queue's
-        entries), by their weights; returns what was given. ``unmet``: the members'
-        :meth:`_unmet`, when the caller has it already."""
+        entries), by their weights; returns what was given."""
         if not members:
             return 0.0
-        if unmet is None:
-            unmet = LocalScheduler._unmet(members, cap, granted)
+        unmet = [max(0.0, cap[e.key] - granted.get(e.key, 0.0)) for e in members]
         total = sum(unmet)
         if total <= 0:
             return 0.0
-        weights: list[float] = []
-        for e in members:
-            w = e.subtask.weight
-            weights.append(1e-9 if 1e-9 > w else w)  # max(w, 1e-9), written out
-        extra = water_fill(total if total < spare else spare, unmet, weights)
-        get = granted.get
+        weights = [max(e.subtask.weight, 1e-9) for e in members]
+        extra = water_fill(min(spare, total), unmet, weights)
         for e, x in zip(members, extra):
-            key = e.key
-            granted[key] = get(key, 0.0) + x
+            granted[e.key] = granted.get(e.key, 0.0) + x
         return float(sum(extra))
 
     def _lend_to_queues(
@@ -1173,20 +1013,19 @@ class LocalScheduler:
         """Lend up to ``spare`` Mcycles of QoS share to the unmet demand of the
         best-effort and grid-local queues, split between them by their queue weights
         (water filling, each capped by its unmet demand); returns what was lent."""
-        targets = _LEND_TARGETS
-        # Each queue's entries' unmet demands, computed once: lending to one queue changes
-        # only its own entries' grants, so the other's list still holds when it is lent to.
-        per_entry = [self._unmet(by_queue[q], cap, granted) for q in targets]
-        unmet = [sum(u) for u in per_entry]
-        total = sum(unmet)
-        if total <= 0:
+        targets = (QueueName.BEST_EFFORT, QueueName.LOCAL)
+        unmet = [
+            sum(max(0.0, cap[e.key] - granted.get(e.key, 0.0)) for e in by_queue[q])
+            for q in targets
+        ]
+        if sum(unmet) <= 0:
             return 0.0
-        shares = self._lend_shares
-        split = water_fill(total if total < spare else spare, unmet, shares)
+        shares = [self._queue_shares[_QUEUES.index(q)] for q in targets]
+        split = water_fill(min(spare, sum(unmet)), unmet, shares)
         lent = 0.0
-        for q, amount, u in zip(targets, split, per_entry):
+        for q, amount in zip(targets, split):
             if amount > 0:
-                lent += self._lend(by_queue[q], amount, cap, granted, u)
+                lent += self._lend(by_queue[q], amount, cap, granted)
         return lent
 
     # ------------------------------------------------------------- fast forward
@@ -1199,7 +1038,6 @@ class LocalScheduler:
         also at the end of the last one (so none of them finishes a subtask). 0 when the
         last cycle cannot be replayed.
         """
-        self._materialize()
         last = self._last
         if last is None or last.cycle != cycle or last.near_end:
             # near_end: the quiet test failed on this split (an entry with a grant has
@@ -1281,8 +1119,6 @@ class LocalScheduler:
         ``cycles`` times its last grant and its virtual clock moves by eq. (4) over the
         whole span. One progress report per QoS subtask covers the span.
         """
-        self._materialize()
-        self._deferred = None  # it books every entry: a plan's room no longer holds
         if self._last is None or cycles < 1 or cycles > self.quiet_cycles(cycle):
             raise ValueError(f"fast_forward: {cycles} cycles cannot be replayed exactly")
         result = self._replay(cycles, cycle, real_time)
@@ -1356,9 +1192,6 @@ class LocalScheduler:
         will answer next cycle if ``granted`` becomes the last split (the same
         arithmetic on the same figures, while the loop has them at hand). ``all_rows``
         off: rows only for the grid QoS entries (what the simulator reads)."""
-        if repeat == 1 and measured is None:
-            return self._book_one(real_time, cycle, entries, granted, available, quiet_bound,
-                                  all_rows)
         m = float(repeat)
         bound = math.inf
         node = self.node
@@ -1414,73 +1247,6 @@ class LocalScheduler:
                 rows.append((qos, s.job_id, s.index, x, g, w, tv, done, a))
             elif all_rows:
                 rows.append((e.queue, s.job_id, s.index, x, g, w, tv, done, g))
-        out = LeanCycle(used, qos_granted, finished, rows)
-        if quiet_bound:
-            out.quiet = (
-                1 << 30 if bound == math.inf else (int(bound) + 1 if bound >= 0 else 0)
-            )
-        return out
-
-    def _book_one(
-        self,
-        real_time: float,
-        cycle: float,
-        entries: Iterable[_Entry],
-        granted: Mapping[tuple[str, int], float],
-        available: Mapping[tuple[str, int], float] | None,
-        quiet_bound: bool,
-        all_rows: bool,
-    ) -> LeanCycle:
-        """:meth:`_book` of one cycle without measured work (every simulator cycle): the
-        same operations on the same figures in the same order, with the branches that
-        cannot apply left out."""
-        bound = math.inf
-        node = self.node
-        used = 0.0
-        rows: list[BookedRow] = []
-        qos_granted: list[float] = []
-        finished: list[tuple[str, int]] = []
-        qos = QueueName.QOS
-        grant_of = granted.get
-        for e in entries:
-            s = e.subtask
-            key = e.key
-            work = s.work
-            left = work - s.done_work
-            per = s.expected_rate * cycle
-            x = per if per < left else left
-            g = grant_of(key, 0.0)
-            s.done_work += g
-            clock = e.clock
-            prev = clock.previous_real_time
-            if x > 0 and g >= 0 and real_time >= prev:
-                # VirtualClock.advance(real_time, x, g), inlined (the same arithmetic).
-                clock.virtual_time += (g / x) * (real_time - prev)
-                clock.previous_real_time = real_time
-                tv = clock.virtual_time
-            elif x > 0:
-                tv = clock.advance(real_time, x, g)  # raises
-            else:
-                tv = clock.advance(real_time, 0, 0)
-            done = left - g <= WORK_EPSILON
-            if quiet_bound and g > 0:
-                cores = s.demand.cpu if s.demand is not None else 1.0
-                floor = max(
-                    min(cores, node.cores) * node.speed_mhz * cycle, s.expected_rate * cycle
-                )
-                remaining = work - s.done_work
-                bound = min(bound, ((remaining if remaining > 0.0 else 0.0) - floor) / g)
-            used += g
-            if done:
-                s.done_work = work
-                s.finish_time = real_time
-                finished.append(key)
-            if e.queue is qos:
-                qos_granted.append(g)
-                a = available[key] * 1.0 if available is not None and key in available else g
-                rows.append((qos, s.job_id, s.index, x, g, g, tv, done, a))
-            elif all_rows:
-                rows.append((e.queue, s.job_id, s.index, x, g, g, tv, done, g))
         out = LeanCycle(used, qos_granted, finished, rows)
         if quiet_bound:
             out.quiet = (
