@@ -227,9 +227,6 @@ class _LastCycle:
     #: Replayed by :meth:`LocalScheduler._near_end_split` (an entry is near its end: the
     #: quiet test fails until the split is dropped).
     near_end: bool = False
-    #: A grid QoS entry's rate cap changed since the split was computed (and nothing
-    #: else): :meth:`LocalScheduler._near_end_split` must show it before it is replayed.
-    rate_moved: bool = False
     #: The running entries, in order (kept with ``inputs``).
     entries: list[_Entry] | None = None
 
@@ -387,24 +384,7 @@ class LocalScheduler:
             return False
         s = entry.subtask
         if s.weight != weight or s.virtual_weight != virtual_weight or s.rate_cap != rate_cap:
-            last = self._last
-            if (
-                last is not None
-                and last.inputs is not None
-                and self.replay_near_end
-                and s.weight == weight
-                and s.virtual_weight == virtual_weight
-                and s.rate_cap > 0
-                and rate_cap > 0
-                and entry.queue is QueueName.QOS
-                and self.config.virtual_mode is VirtualSubtaskMode.PACED
-            ):
-                # Only a rate cap in force moved (pace control's usual command): the next
-                # lean cycle shows the split unchanged or computes it afresh.
-                last.rate_moved = True
-                self._quiet_known = self._quiet_next = None
-            else:
-                self._last = None
+            self._last = None
         s.weight = weight
         s.virtual_weight = virtual_weight
         s.rate_cap = rate_cap
@@ -517,7 +497,7 @@ class LocalScheduler:
         their end moved replays the last split when :meth:`_near_end_split` shows the
         split would be the same to the bit (``replay_near_end``)."""
         last = self._last
-        if last is not None and (last.near_end or last.rate_moved) and last.cycle == cycle:
+        if last is not None and last.near_end and last.cycle == cycle:
             # The quiet test failed on the last cycle already (an entry near its end);
             # it fails until a finish or a change drops the split: go to the proof.
             held = self._near_end_split(cycle) if self.replay_near_end else None
@@ -607,8 +587,6 @@ class LocalScheduler:
         copysign = math.copysign
         moved: list[QueueName] = []
         uncapped_moved = False
-        rate_moved = last.rate_moved
-        last.rate_moved = False
         for e, s, key, per, rate_cap in inputs.rows:
             # _fresh_split's cap, the same arithmetic.
             left = s.work - s.done_work
@@ -618,8 +596,6 @@ class LocalScheduler:
                 if c != u or (c == 0.0 and copysign(1.0, c) != copysign(1.0, u)):
                     uncapped[key] = c
                     uncapped_moved = True
-                if rate_moved:
-                    rate_cap = s.rate_cap * cycle
                 if rate_cap < c:
                     c = rate_cap
             o = cap[key]
@@ -627,8 +603,7 @@ class LocalScheduler:
                 cap[key] = c
                 if e.queue not in moved:
                     moved.append(e.queue)
-        if not rate_moved:
-            last.near_end = True
+        last.near_end = True
         if not moved and not uncapped_moved:
             return last
         node = self.node
@@ -671,7 +646,7 @@ class LocalScheduler:
         # What the rate caps release and the QoS share lent on for it: _fresh_split's
         # sums in its order; the lending must be the same (it read the other queues' caps).
         released = 0.0
-        if uncapped_moved or rate_moved:
+        if uncapped_moved:
             for _e, s, key, _per, rate_cap in inputs.rows:
                 if rate_cap is not None:
                     c = uncapped[key]
@@ -1064,7 +1039,7 @@ class LocalScheduler:
         last cycle cannot be replayed.
         """
         last = self._last
-        if last is None or last.cycle != cycle or last.near_end or last.rate_moved:
+        if last is None or last.cycle != cycle or last.near_end:
             # near_end: the quiet test failed on this split (an entry with a grant has
             # less than its floor left), and work done only lowers what is left.
             return 0
