@@ -11,8 +11,8 @@
    time, the sum of its runs' own wall times (what one worker would take), the ratio
    reference / default, the issue's 60 s target, and whether ``results.csv`` and every
    phase log are byte-identical between the two modes.
-2. ``--placement``: the default matrix of ``coalloc experiment placement`` (default mode
-   only), against the same target.
+2. ``--placement``: the default matrix of ``coalloc experiment placement`` (every default
+   policy; default mode only), against the same target.
 3. ``--large``: one run of 100 nodes and 20,000 QoS jobs at lambda 100 s under ``sq``
    (default mode; ``--large-reference`` also runs the reference, which takes long),
    against the same target. ``--large-prefix N``: the ratio against the reference on the
@@ -114,14 +114,17 @@ def bench_paper(args: argparse.Namespace) -> None:
 
 def bench_placement(args: argparse.Namespace) -> None:
     jobs = 50 if args.small else placement.DEFAULT_JOBS
+    # The experiment's default matrix: its nodes, lambdas, placements and policies.
     cells = placement.make_cells(placement.DEFAULT_NODES, placement.DEFAULT_LAMBDAS,
                                  placement.DEFAULT_PLACEMENTS, placement.DEFAULT_USERS,
-                                 jobs, args.seed)
+                                 jobs, args.seed, policies=placement.DEFAULT_POLICIES)
     start = time.perf_counter()
     placement.run_matrix(cells, args.workers)
     wall = time.perf_counter() - start
-    print(f"2. placement matrix ({len(cells)} runs, {jobs} jobs each, {args.workers} "
-          f"worker(s)): {wall:.1f} s, target {TARGET_SECONDS:.0f} s: {_verdict(wall)}")
+    print(f"2. placement matrix ({len(cells)} runs: policies "
+          f"{','.join(placement.DEFAULT_POLICIES)}, {jobs} jobs each, {args.workers} "
+          f"worker(s)): {wall:.1f} s, "
+          f"target {TARGET_SECONDS:.0f} s: {_verdict(wall)}")
 
 
 def bench_large(args: argparse.Namespace) -> None:
