@@ -11,21 +11,25 @@
    time, the sum of its runs' own wall times (what one worker would take), the ratio
    reference / default, the issue's 60 s target, and whether ``results.csv`` and every
    phase log are byte-identical between the two modes.
-2. ``--placement``: the default matrix of ``coalloc experiment placement`` (default mode
-   only), against the same target.
+2. ``--placement``: the default matrix of ``coalloc experiment placement`` (every default
+   policy; default mode only), against the same target.
 3. ``--large``: one run of 100 nodes and 20,000 QoS jobs at lambda 100 s under ``sq``
    (default mode; ``--large-reference`` also runs the reference, which takes long),
-   against the same target.
+   against the same target. ``--large-prefix N``: the ratio against the reference on the
+   workload's first N jobs by arrival (every class; the same nodes), both modes in the
+   same run, with whether their results are the same (the whole run's reference is too
+   slow to wait for).
 
 ``--small``: nodes 3, 6 x lambda 10, 500 s with 200 jobs per cell (and 2,000 jobs for
 ``--large``). A benchmark, not a test: it asserts nothing; a missed target is printed as
 ``MISS``. Usage: ``python3 bench/bench_sim.py [--small] [--workers N] [--placement]
-[--large] [--skip-matrix]``.
+[--large] [--large-prefix N] [--skip-matrix]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import filecmp
 import os
 import sys
@@ -110,41 +114,57 @@ def bench_paper(args: argparse.Namespace) -> None:
 
 def bench_placement(args: argparse.Namespace) -> None:
     jobs = 50 if args.small else placement.DEFAULT_JOBS
+    # The experiment's default matrix: its nodes, lambdas, placements and policies.
     cells = placement.make_cells(placement.DEFAULT_NODES, placement.DEFAULT_LAMBDAS,
                                  placement.DEFAULT_PLACEMENTS, placement.DEFAULT_USERS,
-                                 jobs, args.seed)
+                                 jobs, args.seed, policies=placement.DEFAULT_POLICIES)
     start = time.perf_counter()
     placement.run_matrix(cells, args.workers)
     wall = time.perf_counter() - start
-    print(f"2. placement matrix ({len(cells)} runs, {jobs} jobs each, {args.workers} "
-          f"worker(s)): {wall:.1f} s, target {TARGET_SECONDS:.0f} s: {_verdict(wall)}")
+    print(f"2. placement matrix ({len(cells)} runs: policies "
+          f"{','.join(placement.DEFAULT_POLICIES)}, {jobs} jobs each, {args.workers} "
+          f"worker(s)): {wall:.1f} s, "
+          f"target {TARGET_SECONDS:.0f} s: {_verdict(wall)}")
 
 
 def bench_large(args: argparse.Namespace) -> None:
-    from global_manager.simulator import SimConfig, simulate
+    from global_manager.simulator import RunResult, SimConfig, simulate
     from workloads.generator import PaperWorkloadParams, generate
+    from workloads.model import Workload
 
     nodes, jobs, lam = 100, (2_000 if args.small else 20_000), 100.0
     workload = generate(PaperWorkloadParams(nodes=nodes, mean_interarrival=lam, jobs=jobs,
                                             rate_per_weight=paper.DEFAULT_RATE_PER_WEIGHT),
                         seed=args.seed)
-    modes = [("default", False)] + ([("reference", True)] if args.large_reference else [])
-    results = {}
-    for mode, ref in modes:
+    def run(load: Workload, ref: bool) -> tuple[float, RunResult]:
         config = SimConfig(work_conserving=False, log_every=paper.DEFAULT_LOG_EVERY,
                            rate_per_weight=paper.DEFAULT_RATE_PER_WEIGHT,
                            step_every_cycle=ref)
         start = time.perf_counter()
-        result = simulate(workload, "sq", seed=args.seed, config=config)
-        wall = time.perf_counter() - start
-        results[mode] = (wall, result)
-        print(f"3. large run ({mode}): {nodes} nodes, {jobs} jobs, lambda {lam:g} s, sq: "
-              f"{wall:.1f} s ({result.cycles} cycles), target {TARGET_SECONDS:.0f} s"
-              + (f": {_verdict(wall)}" if mode == "default" else ""))
-    if "reference" in results:
-        (wd, rd), (wr, rr) = results["default"], results["reference"]
-        print(f"   reference / default {wr / wd:.2f}x; same results: "
-              f"{rd.to_json() == rr.to_json()}")
+        result = simulate(load, "sq", seed=args.seed, config=config)
+        return time.perf_counter() - start, result
+
+    if args.large or args.large_reference:
+        modes = [("default", False)] + ([("reference", True)] if args.large_reference else [])
+        results = {}
+        for mode, ref in modes:
+            wall, result = results[mode] = run(workload, ref)
+            print(f"3. large run ({mode}): {nodes} nodes, {jobs} QoS jobs "
+                  f"({len(workload.jobs)} jobs in all), lambda {lam:g} s, sq: {wall:.1f} s "
+                  f"({result.cycles} cycles), target {TARGET_SECONDS:.0f} s"
+                  + (f": {_verdict(wall)}" if mode == "default" else ""), flush=True)
+        if "reference" in results:
+            (wd, rd), (wr, rr) = results["default"], results["reference"]
+            print(f"   reference / default {wr / wd:.2f}x; same results: "
+                  f"{rd.to_json() == rr.to_json()}")
+    if args.large_prefix:
+        # The first N jobs by arrival (the simulator's order: a stable sort).
+        first = tuple(sorted(workload.jobs, key=lambda j: j.arrival)[: args.large_prefix])
+        prefix = dataclasses.replace(workload, jobs=first)
+        (wd, rd), (wr, rr) = run(prefix, False), run(prefix, True)
+        print(f"   its first {len(first)} jobs ({rd.cycles} cycles): default {wd:.1f} s, "
+              f"reference {wr:.1f} s, reference / default {wr / wd:.2f}x; same results: "
+              f"{rd.to_json() == rr.to_json()}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large", action="store_true", help="part 3")
     parser.add_argument("--large-reference", action="store_true",
                         help="part 3 in the reference mode too (long)")
+    parser.add_argument("--large-prefix", type=int, default=0, metavar="N",
+                        help="part 3's ratio against the reference on its first N jobs "
+                             "(both modes; 0: none)")
     args = parser.parse_args(argv)
     print(f"bench_sim: python {sys.version.split()[0]}, {os.cpu_count()} CPU(s), "
           f"load average {os.getloadavg()[0]:.1f}")
@@ -165,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_paper(args)
     if args.placement:
         bench_placement(args)
-    if args.large or args.large_reference:
+    if args.large or args.large_reference or args.large_prefix:
         bench_large(args)
     return 0
 
