@@ -851,12 +851,16 @@ def node_status(
 
 def _with_live(d: dict[str, Any], live: SubtaskReport | None) -> None:
     """Put a subtask's last report's live fields on its status record ``d``; its state,
-    exit code and reason only where the job table has none."""
+    exit code and reason only where the job table has none. Every live field is a key,
+    None where not known: also for a subtask its node has not reported yet (placed less
+    than a monitor round ago)."""
     if live is None:
+        for key in (*LIVE_FIELDS, "state", "reason"):
+            d.setdefault(key, None)
         return
     for key in LIVE_FIELDS:
         value = getattr(live, key)
-        if value is not None:
+        if value is not None or key not in d:
             d[key] = value
     if d.get("state") is None:
         d["state"] = live.state.value
@@ -905,7 +909,7 @@ def assemble_status(
             if d.get("state") == "finished":
                 d["progress"] = 1.0
             elif d.get("executor") == "synthetic" and d.get("work"):
-                d["progress"] = min(1.0, float(d.get("done_work", 0.0)) / float(d["work"]))
+                d["progress"] = min(1.0, float(d.get("done_work") or 0.0) / float(d["work"]))
             else:
                 d["progress"] = None
             subs.append(d)

@@ -170,7 +170,7 @@ def render(st: dict[str, Any], detail: bool = False) -> str:
                      "VIRTUAL W", "PID", "EXIT"),
                     [
                         (
-                            s["index"], s["node"], s["executor"], s.get("state", "-"),
+                            s["index"], s["node"], s["executor"], s.get("state") or "-",
                             "-" if s.get("progress") is None else f"{100 * s['progress']:.0f}%",
                             s.get("virtual_time"), s.get("weight"), s.get("virtual_weight"),
                             s.get("pid"), s.get("exit_code"),

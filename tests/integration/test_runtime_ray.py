@@ -387,6 +387,11 @@ def test_the_cli_answers_through_the_api_with_the_ray_paths_documents(
             "subtasks": [{"work": 5000, "weight": 1}, {"work": 5000, "weight": 1}]}
     job_id = client.submit(long)
     try:
+        # Status shows a subtask's live fields from its node's reports (once a second):
+        # compare the two paths once every subtask has been reported.
+        wait_for(lambda: all(s["state"] == "running" for s in
+                             status(capsys, deployment.address, job_id)["jobs"][0]["subtasks"]),
+                 timeout=120)
         via_api = status(capsys, deployment.address, job_id)
         monkeypatch.setenv("COALLOC_TRANSPORT", "ray")
         assert coalloc.connect(deployment.address).api is None
@@ -580,7 +585,10 @@ def test_down_then_one_shot_run_on_emulated_nodes(
     assert [n["labels"] for n in st["nodes"]] == [["fast"], []]
     assert all(n["emulated"] for n in st["nodes"])
     assert st["clock"]["quality"] == "synced"
-    assert st["clock"]["offset_s"] == pytest.approx(0.25, abs=0.05)
+    # NTP's own bound: the offset it measures is within half the round trip of the true
+    # one (a loaded machine delays the loopback replies by tens of milliseconds).
+    clock = st["clock"]
+    assert abs(clock["offset_s"] - 0.25) <= clock["delay_s"] / 2 + 0.01, clock
     recs = [json.loads(x) for x in (out_dir / "phase.jsonl").read_text().splitlines()]
     periods = [r for r in recs if r["type"] == "period"]
     assert periods and all(p["clock_quality"] == "synced" for p in periods)

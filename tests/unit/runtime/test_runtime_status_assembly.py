@@ -240,3 +240,21 @@ def test_the_controllers_placeholder_says_it_did_not_answer() -> None:
     silent = _view(object(), set())  # its reference is not among those that answered
     assert silent["answering"] is False and "not answering" in silent["error"]
     assert STATUS_DEADLINE_S <= 1.0
+
+
+def test_a_subtask_not_reported_yet_has_the_same_keys_as_a_reported_one(
+    tmp_path: Path,
+) -> None:
+    # Placed less than a monitor round ago: its node has not reported it, so its live
+    # fields are not known; the document keeps its shape (None), and its progress is 0.
+    loop = _grid(tmp_path)
+    (a,) = loop.gm.submit([strict("a", [150, 200], [1, 2], 150.0, 60.0)])
+    (before,) = _status(loop)["jobs"]
+    _step(loop, 3)
+    (after,) = _status(loop)["jobs"]
+    for early, late in zip(before["subtasks"], after["subtasks"]):
+        assert set(early) - {"controller_virtual_time", "controller_done"} \
+            == set(late) - {"controller_virtual_time", "controller_done"}
+        assert all(early[key] is None for key in (*LIVE_FIELDS, "state"))
+        assert late["state"] == "running" and late["done_work"] > 0
+        assert early["progress"] == 0.0
