@@ -81,7 +81,8 @@ class SyntheticBackend:
                          "completion_skew": 0.5, "turnaround": 300.0, "subtasks": []})
         return jobs
 
-    def status(self, job_id: str | None = None) -> dict[str, Any]:
+    def status(self, job_id: str | None = None, all_jobs: bool = False) -> dict[str, Any]:
+        # The API's backend interface (runtime.api); nothing here is archived.
         self.t += 3.0
         jobs = [j for j in self._jobs() if job_id in (None, j["job_id"])]
         return {"address": "synthetic:6379", "policy": "sq", "time_scale": 100.0,
