@@ -134,11 +134,10 @@ REPORT_FRESH_S = 3.0
 
 @dataclass(frozen=True, slots=True)
 class HeardReport:
-    """A node's last :class:`NodeReport` as the global manager holds it: ``received_at``
-    (model s it arrived) and ``age_s`` (real s since, when it was read)."""
+    """A node's last :class:`NodeReport` as the global manager holds it, and ``age_s``
+    (real s since it arrived, when it was read)."""
 
     report: NodeReport
-    received_at: float
     age_s: float = 0.0
 
     @property
@@ -802,7 +801,7 @@ class GlobalService:
             now = self.clock.now()
             scale = self.clock.base.scale  # model s per real s
             nodes = {
-                name: HeardReport(rep, at, max(0.0, (now - at) / scale))
+                name: HeardReport(rep, max(0.0, (now - at) / scale))
                 for name, (rep, at) in self.node_reports.items()
             }
             return nodes, dict(self.subtask_reports)

@@ -395,7 +395,8 @@ class NodeRuntime:
                               dict(self.counters))
 
     def _report(self, rec: _Record) -> SubtaskReport:
-        """One subtask's report: the fields :meth:`_describe` gives it, typed."""
+        """One subtask's report: its live fields, the one place they are worked out
+        (:meth:`_describe` shows them in the node's status document)."""
         s = rec.subtask
         key = s.key
         run = self._procs.get(key)
@@ -749,9 +750,10 @@ class NodeRuntime:
         self.scheduler.remove(key)
 
     def _describe(self, rec: _Record) -> dict[str, Any]:
+        """One subtask of the node's status document: its placement and the live fields
+        of its report (:meth:`_report`), as many of them as its kind has."""
         s = rec.subtask
-        key = s.key
-        run = self._procs.get(key)
+        rep = self._report(rec)
         d: dict[str, Any] = {
             "job_id": s.job_id,
             "index": s.index,
@@ -764,30 +766,15 @@ class NodeRuntime:
             "finish_time": rec.finish,
             "exit_code": rec.exit_code,
             "reason": rec.reason,
+            "weight": rep.weight,
+            "virtual_weight": rep.virtual_weight,
+            "done_work": rep.done_work,
         }
-        sched_sub = self.scheduler.get(key)
-        if sched_sub is not None:
-            d["weight"] = sched_sub.weight
-            d["virtual_weight"] = sched_sub.virtual_weight
-        else:
-            d["weight"] = s.weight
-            d["virtual_weight"] = s.virtual_weight
-        if run is not None:
-            d["done_work"] = run.measured
-            d["virtual_time"] = (
-                self.scheduler.virtual_time(key) if sched_sub is not None else rec.virtual_time
-            )
-            d["share"] = run.share
-            d["pid"] = run.executor.pid if run.executor is not None else None
-            d["cpu_s"] = run.executor.cpu_s_total if run.executor is not None else 0.0
-        elif rec.measured is not None:
-            d["done_work"] = rec.measured
-        else:
-            live = sched_sub if sched_sub is not None else s
-            d["done_work"] = s.work if rec.state is SubtaskPhase.FINISHED else live.done_work
-            d["virtual_time"] = (
-                self.scheduler.virtual_time(key) if sched_sub is not None else rec.virtual_time
-            )
+        running = s.key in self._procs
+        if running or rec.measured is None:  # an ended process subtask shows no clock
+            d["virtual_time"] = rep.virtual_time
+        if running:
+            d.update(share=rep.share, pid=rep.pid, cpu_s=rep.cpu_s)
         return d
 
 

@@ -228,8 +228,8 @@ def test_a_node_that_never_reported_is_not_answering(tmp_path: Path) -> None:
 
 def test_a_heard_report_is_fresh_up_to_the_freshness_bound() -> None:
     rep = NodeReport("n0", True, 1.0)
-    assert HeardReport(rep, 0.0, REPORT_FRESH_S).fresh
-    assert not HeardReport(rep, 0.0, REPORT_FRESH_S + 0.01).fresh
+    assert HeardReport(rep, REPORT_FRESH_S).fresh
+    assert not HeardReport(rep, REPORT_FRESH_S + 0.01).fresh
 
 
 def test_the_controllers_placeholder_says_it_did_not_answer() -> None:
