@@ -592,5 +592,7 @@ def test_down_then_one_shot_run_on_emulated_nodes(
     recs = [json.loads(x) for x in (out_dir / "phase.jsonl").read_text().splitlines()]
     periods = [r for r in recs if r["type"] == "period"]
     assert periods and all(p["clock_quality"] == "synced" for p in periods)
-    assert all(p["clock_offset"] == pytest.approx(0.25, abs=0.05) for p in periods)
+    # The periods carry the offsets of the same clock: held to the same bound.
+    bound = max(0.05, clock["delay_s"] / 2 + 0.01)
+    assert all(abs(p["clock_offset"] - 0.25) <= bound for p in periods), (clock, periods[-1])
     assert find_actor(GLOBAL_NAME) is None  # run removed what it started
