@@ -53,6 +53,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from workloads.native import picklable_frozen_records
+
 
 class Window(str, Enum):
     """Which window fired for a job in a control period."""
@@ -566,3 +568,7 @@ def _pace_job(
         else:
             window = Window.PACE
     return JobDecision(job.job_id, mean_v, phi, window, tuple(changes))
+
+
+# Compiled (workloads/native.py), a frozen record needs its constructor to be unpickled.
+picklable_frozen_records(globals())

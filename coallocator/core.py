@@ -48,6 +48,7 @@ from coallocator.messages import ProgressReport, ReweightCommand
 from coallocator.phase_log import JobPhaseTracker, PeriodRecord, SummaryRecord, period_record
 from workloads.messages import JobRegistration
 from workloads.model import QosClass
+from workloads.native import picklable_frozen_records
 
 RecordSink = Callable[[PeriodRecord | SummaryRecord], None]
 
@@ -612,3 +613,7 @@ class ControllerCore:
             self.summaries[job.job_id] = summary
             self._emit(summary)
         self.jobs.clear()
+
+
+# Compiled (workloads/native.py), a frozen record needs its constructor to be unpickled.
+picklable_frozen_records(globals())

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from coallocator.controller import JobDecision
+from workloads.native import picklable_frozen_records
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,3 +417,7 @@ def summarize(records: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
         mean_turnaround=mean("turnaround"),
     )
     return rows, run
+
+
+# Compiled (workloads/native.py), a frozen record needs its constructor to be unpickled.
+picklable_frozen_records(globals())

@@ -62,6 +62,7 @@ from workloads.model import (
     QosClass,
     Subtask,
 )
+from workloads.native import picklable_frozen_records
 from workloads.records import from_record, to_record
 
 __all__ = [
@@ -102,11 +103,13 @@ class QueueMode(str, Enum):
 class GlobalConfig:
     """``rate_per_weight``: Mcycles/s per unit of relative weight (``u_t`` default);
     ``qos_share``: the QoS queue's CPU fraction, which admission budgets are built on;
-    ``queue``: :class:`QueueMode` (a string is accepted)."""
+    ``queue``: :class:`QueueMode` (a string is accepted and parsed; read it as
+    :attr:`queue_mode`)."""
 
     rate_per_weight: float = 25.0
     qos_share: float = 0.5
-    queue: QueueMode = QueueMode.REJECT
+    # Typed as what it accepts: a compiled build (workloads/native.py) checks the type.
+    queue: QueueMode | str = QueueMode.REJECT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "queue", QueueMode.parse(self.queue))
@@ -114,6 +117,11 @@ class GlobalConfig:
             raise ValueError("rate_per_weight: must be a finite number > 0 (Mcycles/s per weight)")
         if not 0 < self.qos_share <= 1:
             raise ValueError("qos_share: must be within (0, 1]")
+
+    @property
+    def queue_mode(self) -> QueueMode:
+        """``queue`` as a mode (``__post_init__`` parsed it already)."""
+        return QueueMode.parse(self.queue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +356,7 @@ class GlobalManagerCore:
         if n > len(self.nodes):
             return Admission(job_id, False, f"{n} subtasks but only {len(self.nodes)} nodes")
         up = len(self.nodes) - len(self.down)
-        if n > up and not (spec.qos is QosClass.STRICT and self.config.queue is QueueMode.WAIT):
+        if n > up and not (spec.qos is QosClass.STRICT and self.config.queue_mode is QueueMode.WAIT):
             return Admission(
                 job_id, False,
                 f"{n} subtasks but only {up} of {len(self.nodes)} nodes are up "
@@ -359,7 +367,7 @@ class GlobalManagerCore:
             if bad:
                 return Admission(job_id, False, bad)
         strict = spec.qos is QosClass.STRICT
-        waits = strict and self.config.queue is QueueMode.WAIT
+        waits = strict and self.config.queue_mode is QueueMode.WAIT
         job = self._queued(job_id, spec, now)
         if waits or any(spec.labels_of(i) for i in range(n)):
             # Against the budget ceilings: a budget on measured capacity moves with the
@@ -829,3 +837,7 @@ def _check_split_totals(spec: JobSpec) -> str:
     if r is not None and (not math.isfinite(r) or r <= 0):
         return f"total_weight: must be a finite number > 0, got {r!r}"
     return ""
+
+
+# Compiled (workloads/native.py), a frozen record needs its constructor to be unpickled.
+picklable_frozen_records(globals())

@@ -50,6 +50,7 @@ from global_manager.policies import Policy, get_policy
 from local_manager.scheduler import CycleResult, LocalScheduler
 from workloads.messages import JobRegistration
 from workloads.model import JobPhase, JobSpec, QosClass, QueueName, Subtask, Workload
+from workloads.native import picklable_frozen_records
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,3 +527,7 @@ def _job_result(r: _Outcome, ctl: ControllerCore, gm: GlobalManagerCore) -> JobR
         user=spec.user,
         estimated_start=r.estimated_start,
     )
+
+
+# Compiled (workloads/native.py), a frozen record needs its constructor to be unpickled.
+picklable_frozen_records(globals())

@@ -41,6 +41,7 @@ from types import MappingProxyType
 import numpy as np
 
 from global_manager.flow_placement import FIT_SLACK, PendingSubtask, _fits, _max_matching
+from workloads.native import picklable_frozen_records
 
 __all__ = [
     "Booking",
@@ -427,3 +428,7 @@ class EstimateCache:
         self.computed += 1
         self._key, self._reply, self._computed_at = key, reply, req.now
         return reply
+
+
+# Compiled (workloads/native.py), a frozen record needs its constructor to be unpickled.
+picklable_frozen_records(globals())

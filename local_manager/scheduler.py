@@ -43,6 +43,7 @@ from fairness.drf import drf
 from fairness.single import water_fill
 from workloads.messages import ProgressReport
 from workloads.model import Node, QosClass, QueueName, Subtask, queue_of
+from workloads.native import picklable_frozen_records
 
 DEFAULT_QUEUE_WEIGHTS: Mapping[QueueName, float] = {
     QueueName.LOCAL: 0.3,
@@ -288,6 +289,9 @@ class LocalScheduler:
         #: (:meth:`_near_end_split`); off: such cycles compute the split afresh. The
         #: simulator's switch (``SimConfig.replay_near_end``); :meth:`step` never does.
         self.replay_near_end = True
+        #: How many cycles computed their split afresh (the others replayed one): what the
+        #: simulator's speed depends on, counted for tests and profiles.
+        self.fresh_splits = 0
 
     # ----------------------------------------------------------------- membership
     def add(self, subtask: Subtask, now: float) -> None:
@@ -710,6 +714,7 @@ class LocalScheduler:
         running entries, their grants (Mcycles), each queue's CPU, what virtual subtasks
         held idle and what was lent (Mcycles), the node's capacity (Mcycles) and, per
         capped QoS subtask, what it would get uncapped (``None``: no caps)."""
+        self.fresh_splits += 1
         node = self.node
         capacity = node.cpu_rate * cycle
         full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle  # one core, full speed
@@ -1301,3 +1306,7 @@ class LocalScheduler:
             used=booked.used,
             capacity=capacity * m,
         )
+
+
+# Compiled (workloads/native.py), a frozen record needs its constructor to be unpickled.
+picklable_frozen_records(globals())

@@ -1203,7 +1203,7 @@ class GlobalService:
         spec = info.spec
         why = f"not started: {failed}; nothing of it stays placed"
         log.warning("%s: %s", job_id, why)
-        if self.core.config.queue is QueueMode.WAIT or info.attempt > 1 or info.history:
+        if self.core.config.queue_mode is QueueMode.WAIT or info.attempt > 1 or info.history:
             self.core.requeue(job_id, spec, res.start)
             info.state = JobPhase.PENDING
             info.queued_at = self.clock.now()
@@ -1504,7 +1504,7 @@ class GlobalService:
                 jobs = [] if one is None else [one]
         return {
             "policy": self.policy.name,
-            "queue": self.core.config.queue.value,
+            "queue": self.core.config.queue_mode.value,
             "model_time": self.clock.now(),
             "nodes": nodes,
             "jobs": jobs,

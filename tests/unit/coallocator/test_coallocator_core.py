@@ -121,7 +121,7 @@ def test_reports_for_unknown_jobs_or_subtasks_are_refused() -> None:
 def test_reports_after_done_are_ignored() -> None:
     c, _ = core()
     c.register_job(JobRegistration(
-        "j1", QosClass.STRICT, 0.0, [(0, "n0", 50.0), (1, "n1", 50.0), (2, "n2", 5.0)], 1e9, 1e9
+        "j1", QosClass.STRICT, 0.0, ((0, "n0", 50.0), (1, "n1", 50.0), (2, "n2", 5.0)), 1e9, 1e9
     ))
     c.ingest(report("j1", 0, 10.0, 10.0, done=True))
     assert c.ingest(report("j1", 0, 20.0, 999.0))
@@ -130,7 +130,7 @@ def test_reports_after_done_are_ignored() -> None:
 
 def test_loose_jobs_are_observed_but_never_controlled_nor_logged_per_period() -> None:
     c, records = core()
-    c.register_job(JobRegistration("l1", QosClass.LOOSE, 0.0, [(0, "n0", 50.0), (1, "n1", 50.0)]))
+    c.register_job(JobRegistration("l1", QosClass.LOOSE, 0.0, ((0, "n0", 50.0), (1, "n1", 50.0))))
     c.ingest(report("l1", 0, 1000.0, 0.0))
     c.ingest(report("l1", 1, 1000.0, 2000.0))
     assert c.control_period(1000.0) == []
@@ -157,7 +157,7 @@ def test_disabled_controller_logs_strict_jobs_without_acting() -> None:
 
 def test_a_job_with_one_running_subtask_is_neither_controlled_nor_observed() -> None:
     c, records = core()
-    c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0, [(0, "n0", 50.0)], 1.0, 1.0))
+    c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0, ((0, "n0", 50.0),), 1.0, 1.0))
     c.ingest(report("j1", 0, 1000.0, 0.0))
     assert c.control_period(1000.0) == []
     assert records == []

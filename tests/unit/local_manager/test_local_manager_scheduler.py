@@ -841,7 +841,7 @@ def test_a_split_replayed_near_an_entry_end_is_the_one_computed_afresh(
             fresh.remove(key)
 
 
-def test_the_near_end_replay_does_happen_and_saves_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_near_end_replay_does_happen_and_saves_splits() -> None:
     # Entries that end at different times, sharing the node unevenly: each spends cycles
     # with less than a full-speed cycle left while the others hold the split. Without
     # the replay each of those cycles is a fresh split; with it only the first (the one
@@ -850,21 +850,11 @@ def test_the_near_end_replay_does_happen_and_saves_splits(monkeypatch: pytest.Mo
              (QosClass.BEST_EFFORT, 3e4, 3.3, 0.0, 1.0),
              (QosClass.BEST_EFFORT, 2e5, 0.3, 0.0, 1.0)]
     counts = []
-    real = LocalScheduler._fresh_split
     for on in (True, False):
         s, _ = _near_end_pair(1.0, VirtualSubtaskMode.IDLE, 8, works)
         s.replay_near_end = on
-        fresh_splits = 0
-
-        def counting(self: LocalScheduler, *a: float) -> object:
-            nonlocal fresh_splits
-            fresh_splits += 1
-            return real(self, *a)
-
-        monkeypatch.setattr(LocalScheduler, "_fresh_split", counting)
         for c in range(1, 120):
             for key in s.step_lean(30.0 * c, 30.0).finished:
                 s.remove(key)
-        monkeypatch.undo()
-        counts.append(fresh_splits)
+        counts.append(s.fresh_splits)
     assert counts[0] < counts[1], counts

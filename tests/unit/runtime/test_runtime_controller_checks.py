@@ -52,7 +52,7 @@ def service() -> ControllerService:
     clock = ModelClock(ManualClock(0.0), TimeBase(0.0, 1.0))
     svc = ControllerService(RuntimeConfig(), clock, {"n1": 500.0, "n2": 500.0}, Source(),
                             Sink(), None)
-    svc.register_job(JobRegistration("j", QosClass.STRICT, 0.0, [(0, "n1", 50.0), (1, "n2", 50.0)],
+    svc.register_job(JobRegistration("j", QosClass.STRICT, 0.0, ((0, "n1", 50.0), (1, "n2", 50.0)),
                      100.0, 50.0))
     svc.control(0.0)  # the job joins
     return svc
@@ -152,7 +152,7 @@ def test_metrics_are_exported_on_the_first_period_then_once_per_export_interval(
     svc = ControllerService(config, clock, {"n1": 500.0, "n2": 500.0}, Source(), Sink(), None,
                             metrics)
     svc.register_job(JobRegistration("j", QosClass.STRICT, 0.0,
-                                     [(0, "n1", 50.0), (1, "n2", 50.0)], 100.0, 50.0))
+                                     ((0, "n1", 50.0), (1, "n2", 50.0)), 100.0, 50.0))
     times = [k * config.control_period for k in range(periods)]
     for t in times:
         svc.control(t)

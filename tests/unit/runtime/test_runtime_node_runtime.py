@@ -257,7 +257,7 @@ def test_node_and_controller_loops_follow_the_model_time_grid() -> None:
             pass
 
     ctl = ControllerService(cfg, clock, {"n0": 157.5}, Source(), Publisher(), None)
-    ctl.register_job(JobRegistration("j", QosClass.STRICT, 0.0, [(0, "n0", 50.0)], 100.0, 50.0))
+    ctl.register_job(JobRegistration("j", QosClass.STRICT, 0.0, ((0, "n0", 50.0),), 100.0, 50.0))
     threads = [threading.Thread(target=rt.run), threading.Thread(target=ctl.run)]
     start = clock.now()
     rt.submit([Subtask("j", 0, "n0", QosClass.STRICT, 1e9, 2.0, 50.0, 50.0)], start + 20 * Q)
