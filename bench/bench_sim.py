@@ -20,10 +20,15 @@
    same run, with whether their results are the same (the whole run's reference is too
    slow to wait for).
 
+Parts 1 and 2 also run the default mode with the scheduling core in pure Python
+(``COALLOC_PURE_PYTHON=1``; ``workloads/native.py``) for the compiled modules' ratio, unless
+``--no-pure``; each mode runs in its own process. Printed first: whether this installation
+runs the listed modules compiled.
+
 ``--small``: nodes 3, 6 x lambda 10, 500 s with 200 jobs per cell (and 2,000 jobs for
 ``--large``). A benchmark, not a test: it asserts nothing; a missed target is printed as
 ``MISS``. Usage: ``python3 bench/bench_sim.py [--small] [--workers N] [--placement]
-[--large] [--large-prefix N] [--skip-matrix]``.
+[--large] [--large-prefix N] [--skip-matrix] [--no-pure]``.
 """
 
 from __future__ import annotations
@@ -31,13 +36,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import filecmp
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from coalloc.experiments import paper, placement
+from workloads import native
 
 TARGET_SECONDS = 60.0  # issue 17, section 2: each of these in a minute on two cores
 
@@ -55,7 +63,8 @@ def run_paper(nodes: tuple[int, ...], lams: tuple[float, ...], jobs: int | None,
     log_dir.mkdir(parents=True)
     cells = paper.make_cells(nodes, lams, paper.DEFAULT_POLICIES, seed, jobs,
                              log_dir=log_dir, step_every_cycle=step_every_cycle)
-    label = "reference" if step_every_cycle else "default"
+    label = ("reference" if step_every_cycle else
+             "pure" if native.pure_python_asked() else "default")
     done = 0
 
     def tick(row: paper.Row) -> None:
@@ -93,38 +102,85 @@ def bench_paper(args: argparse.Namespace) -> None:
           f"{','.join(f'{x:g}' for x in lams)} s x {','.join(paper.DEFAULT_POLICIES)}, jobs "
           f"{jobs if jobs is not None else 'uniform 1500..3000'}, {args.workers} worker(s), "
           f"seed {args.seed}")
+    modes = [("default", False, False), ("reference", True, False)]
+    if not args.no_pure:
+        modes.append(("pure", False, True))
     with tempfile.TemporaryDirectory(prefix="bench_sim-") as tmp:
         walls = {}
-        for mode, ref in (("default", False), ("reference", True)):
-            walls[mode] = run_paper(nodes, lams, jobs, args.workers, args.seed, ref,
-                                    Path(tmp) / mode)
-        same_csv = filecmp.cmp(Path(tmp) / "default" / "results.csv",
-                               Path(tmp) / "reference" / "results.csv", shallow=False)
-        same_logs, n_logs = _same_tree(Path(tmp) / "default" / "logs",
-                                       Path(tmp) / "reference" / "logs")
+        for mode, ref, pure in modes:
+            walls[mode] = _paper_in_process(nodes, lams, jobs, args, ref, pure,
+                                            Path(tmp) / mode)
+        same = {}
+        for mode in walls:
+            if mode != "default":
+                csv = filecmp.cmp(Path(tmp) / "default" / "results.csv",
+                                  Path(tmp) / mode / "results.csv", shallow=False)
+                logs, n_logs = _same_tree(Path(tmp) / "default" / "logs",
+                                          Path(tmp) / mode / "logs")
+                same[mode] = (csv, logs, n_logs)
     print(f"{'mode':<10} {'wall_s':>8} {'sum_run_s':>10} {'target_s':>9} {'verdict':>8}")
     for mode, (wall, serial) in walls.items():
         print(f"{mode:<10} {wall:>8.1f} {serial:>10.1f} {TARGET_SECONDS:>9.0f} "
               f"{_verdict(wall) if mode == 'default' else '':>8}")
-    (wd, sd), (wr, sr) = walls["default"], walls["reference"]
-    print(f"reference / default: wall {wr / wd:.2f}x, sum of runs {sr / sd:.2f}x")
-    print(f"results.csv byte-identical: {same_csv}; phase logs byte-identical: {same_logs} "
-          f"({n_logs} files)")
+    (wd, sd) = walls["default"]
+    for mode, label in (("reference", "reference (stepping)"), ("pure", "pure Python")):
+        if mode in walls:
+            wr, sr = walls[mode]
+            csv, logs, n_logs = same[mode]
+            print(f"{label} / default: wall {wr / wd:.2f}x, sum of runs {sr / sd:.2f}x; "
+                  f"results.csv byte-identical: {csv}; phase logs byte-identical: {logs} "
+                  f"({n_logs} files)")
+
+
+def _paper_in_process(nodes: tuple[int, ...], lams: tuple[float, ...], jobs: int | None,
+                      args: argparse.Namespace, ref: bool, pure: bool,
+                      out: Path) -> tuple[float, float]:
+    """:func:`run_paper` in a process of its own (``pure``: with the switch to the pure
+    Python modules set); (wall, sum of the runs' walls), s."""
+    part = {"nodes": list(nodes), "lams": list(lams), "jobs": jobs, "workers": args.workers,
+            "seed": args.seed, "step_every_cycle": ref, "out": str(out)}
+    return tuple(_in_process("paper", part, pure))  # type: ignore[return-value]
+
+
+def _in_process(part: str, spec: dict[str, object], pure: bool) -> list[float]:
+    env = {k: v for k, v in os.environ.items() if k != native.PURE_PYTHON_ENV}
+    if pure:
+        env[native.PURE_PYTHON_ENV] = "1"
+    done = subprocess.run([sys.executable, __file__, "--run-part", part, json.dumps(spec)],
+                          env=env, stdout=subprocess.PIPE, text=True, check=True)
+    return [float(x) for x in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
+def _run_part(part: str, spec: dict[str, object]) -> list[float]:
+    """One part in this process: what :func:`_in_process` asks for."""
+    if part == "paper":
+        wall, serial = run_paper(tuple(spec["nodes"]), tuple(spec["lams"]),  # type: ignore
+                                 spec["jobs"], spec["workers"], spec["seed"],  # type: ignore
+                                 bool(spec["step_every_cycle"]), Path(str(spec["out"])))
+        return [wall, serial]
+    cells = placement.make_cells(placement.DEFAULT_NODES, placement.DEFAULT_LAMBDAS,
+                                 placement.DEFAULT_PLACEMENTS, placement.DEFAULT_USERS,
+                                 spec["jobs"], spec["seed"],  # type: ignore[arg-type]
+                                 policies=placement.DEFAULT_POLICIES)
+    start = time.perf_counter()
+    rows = placement.run_matrix(cells, spec["workers"])  # type: ignore[arg-type]
+    return [time.perf_counter() - start, sum(r.solver_ms_per_cycle or 0.0 for r in rows)]
 
 
 def bench_placement(args: argparse.Namespace) -> None:
     jobs = 50 if args.small else placement.DEFAULT_JOBS
     # The experiment's default matrix: its nodes, lambdas, placements and policies.
-    cells = placement.make_cells(placement.DEFAULT_NODES, placement.DEFAULT_LAMBDAS,
-                                 placement.DEFAULT_PLACEMENTS, placement.DEFAULT_USERS,
-                                 jobs, args.seed, policies=placement.DEFAULT_POLICIES)
-    start = time.perf_counter()
-    placement.run_matrix(cells, args.workers)
-    wall = time.perf_counter() - start
-    print(f"2. placement matrix ({len(cells)} runs: policies "
+    runs = (len(placement.DEFAULT_NODES) * len(placement.DEFAULT_LAMBDAS)
+            * len(placement.DEFAULT_PLACEMENTS) * len(placement.DEFAULT_POLICIES))
+    spec = {"jobs": jobs, "seed": args.seed, "workers": args.workers}
+    wall = _in_process("placement", spec, False)[0]
+    print(f"2. placement matrix ({runs} runs: policies "
           f"{','.join(placement.DEFAULT_POLICIES)}, {jobs} jobs each, {args.workers} "
           f"worker(s)): {wall:.1f} s, "
-          f"target {TARGET_SECONDS:.0f} s: {_verdict(wall)}")
+          f"target {TARGET_SECONDS:.0f} s: {_verdict(wall)}", flush=True)
+    if not args.no_pure:
+        pure = _in_process("placement", spec, True)[0]
+        print(f"   pure Python: {pure:.1f} s, pure / default {pure / wall:.2f}x")
 
 
 def bench_large(args: argparse.Namespace) -> None:
@@ -181,9 +237,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-prefix", type=int, default=0, metavar="N",
                         help="part 3's ratio against the reference on its first N jobs "
                              "(both modes; 0: none)")
+    parser.add_argument("--no-pure", action="store_true",
+                        help="leave out the pure-Python runs of parts 1 and 2")
+    parser.add_argument("--run-part", nargs=2, metavar=("PART", "JSON"),
+                        help=argparse.SUPPRESS)  # one part in this process, for _in_process
     args = parser.parse_args(argv)
+    if args.run_part:
+        print(json.dumps(_run_part(args.run_part[0], json.loads(args.run_part[1]))))
+        return 0
+    compiled = native.compiled_modules()
     print(f"bench_sim: python {sys.version.split()[0]}, {os.cpu_count()} CPU(s), "
-          f"load average {os.getloadavg()[0]:.1f}")
+          f"load average {os.getloadavg()[0]:.1f}; scheduling core compiled: "
+          f"{sum(compiled.values())} of {len(compiled)} modules")
     if not args.skip_matrix:
         bench_paper(args)
     if args.placement:
