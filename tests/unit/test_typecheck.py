@@ -7,8 +7,8 @@ so a new one is checked as soon as it is added. One mypy run checks both, as fil
 takes files or ``-p`` packages in one run, not both; a package's folder is checked as the
 package). The options come from ``[tool.mypy]``, whose ``files`` list the same folders (a
 bare ``mypy`` at the repository root checks the same). mypy's incremental cache is the
-default ``.mypy_cache`` at the repository root (git-ignored): about 17 s on a cold cache
-(13 s without the benchmarks), under 1 s when nothing changed (measured on two shared
+default ``.mypy_cache`` at the repository root (git-ignored): about 14 s on a cold cache
+(12 s without the benchmarks), under 1 s when nothing changed (measured on two shared
 cores). Not asserted.
 """
 
