@@ -22,8 +22,12 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from playwright.sync_api import ConsoleMessage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -114,6 +118,16 @@ class SyntheticBackend:
         return []
 
 
+def _error_collector(errors: list[str]) -> Callable[[ConsoleMessage], None]:
+    """A page's console listener that appends each error message's text to ``errors``."""
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    return on_console
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loads", type=int, default=5, help="page loads measured")
@@ -140,8 +154,7 @@ def main() -> int:
             for _ in range(args.loads):
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 errors: list[str] = []
-                page.on("console", lambda m, errors=errors: errors.append(m.text)
-                        if m.type == "error" else None)
+                page.on("console", _error_collector(errors))
                 page.goto(f"{server.url}/?token=bench-token")
                 page.wait_for_selector("body[data-first-render-ms]", state="attached")
                 render.append(float(page.evaluate("document.body.dataset.firstRenderMs")))

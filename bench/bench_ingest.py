@@ -199,7 +199,7 @@ def core_apply(jobs: dict[str, list[tuple[int, str]]]) -> Apply:
     core = ControllerCore()
     for job_id, subs in jobs.items():
         core.register_job(JobRegistration(job_id, QosClass.STRICT, 0.0,
-                          [(i, node, 750.0) for i, node in subs], 100.0, 100.0))
+                          tuple((i, node, 750.0) for i, node in subs), 100.0, 100.0))
     ingest = core.ingest
 
     def apply(reports: list[ProgressReport]) -> None:

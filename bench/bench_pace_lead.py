@@ -31,13 +31,13 @@ import csv
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from coalloc.experiments import paper, placement
 from runtime.config import RuntimeConfig
 
-DEFAULT_PLACEMENT = str(RuntimeConfig.__dataclass_fields__["placement"].default)
+DEFAULT_PLACEMENT: str = RuntimeConfig().placement
 REFERENCE = ("strict", "least_loaded")
 USERS = 3
 DEFAULT_CELLS = "4/400,6/200,9/100,9/200"
@@ -61,6 +61,30 @@ class LeadCell:
     @property
     def lam(self) -> float:
         return self.cell.lam
+
+
+@dataclass(frozen=True, slots=True)
+class LeadRow:
+    """One line of ``pace_lead.csv``: a cell (nodes, lambda s) under ``sq`` with pace
+    lead ``lead`` (a fraction of A_t), its figures (s; utilisation a fraction) beside the
+    reference's in the same cell, and their ratios (``None``: not measured)."""
+
+    nodes: int
+    lam: float
+    lead: float
+    mean_turnaround: float | None
+    reference_turnaround: float | None
+    turnaround_ratio: float | None
+    mean_phase_difference: float | None
+    reference_phase_difference: float | None
+    phase_ratio: float | None
+    window_violation_fraction: float | None
+    mean_wait: float | None
+    reference_wait: float | None
+    utilization: float
+    reference_utilization: float
+    completed: int
+    submitted: int
 
 
 def run_lead_cell(job: LeadCell) -> tuple[LeadCell, placement.Row]:
@@ -134,24 +158,24 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
 
     refs = {(j.cell.nodes, j.cell.lam): row for j, row in results if j.lead is None}
-    table: list[dict[str, object]] = []
+    table: list[LeadRow] = []
     for j, row in results:
         if j.lead is None:
             continue
         ref = refs[(j.cell.nodes, j.cell.lam)]
-        table.append({
-            "nodes": j.cell.nodes, "lam": j.cell.lam, "lead": j.lead,
-            "mean_turnaround": row.mean_turnaround,
-            "reference_turnaround": ref.mean_turnaround,
-            "turnaround_ratio": _ratio(row.mean_turnaround, ref.mean_turnaround),
-            "mean_phase_difference": row.mean_phase_difference,
-            "reference_phase_difference": ref.mean_phase_difference,
-            "phase_ratio": _ratio(row.mean_phase_difference, ref.mean_phase_difference),
-            "window_violation_fraction": row.window_violation_fraction,
-            "mean_wait": row.mean_wait, "reference_wait": ref.mean_wait,
-            "utilization": row.utilization, "reference_utilization": ref.utilization,
-            "completed": row.completed, "submitted": row.submitted,
-        })
+        table.append(LeadRow(
+            nodes=j.cell.nodes, lam=j.cell.lam, lead=j.lead,
+            mean_turnaround=row.mean_turnaround,
+            reference_turnaround=ref.mean_turnaround,
+            turnaround_ratio=_ratio(row.mean_turnaround, ref.mean_turnaround),
+            mean_phase_difference=row.mean_phase_difference,
+            reference_phase_difference=ref.mean_phase_difference,
+            phase_ratio=_ratio(row.mean_phase_difference, ref.mean_phase_difference),
+            window_violation_fraction=row.window_violation_fraction,
+            mean_wait=row.mean_wait, reference_wait=ref.mean_wait,
+            utilization=row.utilization, reference_utilization=ref.utilization,
+            completed=row.completed, submitted=row.submitted,
+        ))
 
     print(f"sq + {DEFAULT_PLACEMENT} with a pace lead, against {REFERENCE[0]} + "
           f"{REFERENCE[1]} (same workload, same run); {args.jobs} jobs per cell, seed "
@@ -163,21 +187,21 @@ def main(argv: list[str] | None = None) -> int:
               f"{'ref util':>8}  all met")
     print(header)
     for r in table:
-        tr, pr, v = r["turnaround_ratio"], r["phase_ratio"], r["window_violation_fraction"]
-        ok = (isinstance(tr, float) and tr <= TURNAROUND_TARGET
-              and isinstance(pr, float) and pr <= PHASE_TARGET
-              and isinstance(v, float) and v <= VIOLATION_TARGET)
-        print(f"{str(r['nodes']) + '/' + format(r['lam'], 'g'):>10} {r['lead']:>5g} "
-              f"{_fmt(r['mean_turnaround'], '.0f'):>8} {_fmt(r['reference_turnaround'], '.0f'):>8} "  # type: ignore[arg-type]
-              f"{_fmt(tr):>9} {_fmt(r['mean_phase_difference'], '.2f'):>7} "  # type: ignore[arg-type]
-              f"{_fmt(pr, '.4f'):>9} {_fmt(v, '.4f'):>7} {_fmt(r['mean_wait'], '.0f'):>8} "  # type: ignore[arg-type]
-              f"{_fmt(r['utilization']):>6} {_fmt(r['reference_utilization']):>8}  "  # type: ignore[arg-type]
+        tr, pr, v = r.turnaround_ratio, r.phase_ratio, r.window_violation_fraction
+        ok = (tr is not None and tr <= TURNAROUND_TARGET
+              and pr is not None and pr <= PHASE_TARGET
+              and v is not None and v <= VIOLATION_TARGET)
+        print(f"{str(r.nodes) + '/' + format(r.lam, 'g'):>10} {r.lead:>5g} "
+              f"{_fmt(r.mean_turnaround, '.0f'):>8} {_fmt(r.reference_turnaround, '.0f'):>8} "
+              f"{_fmt(tr):>9} {_fmt(r.mean_phase_difference, '.2f'):>7} "
+              f"{_fmt(pr, '.4f'):>9} {_fmt(v, '.4f'):>7} {_fmt(r.mean_wait, '.0f'):>8} "
+              f"{_fmt(r.utilization):>6} {_fmt(r.reference_utilization):>8}  "
               f"{'yes' if ok else 'no'}")
     print("per lead, over the cells (mean of the cells' ratios; worst cell):")
     for lead in leads:
-        rows = [r for r in table if r["lead"] == lead]
-        trs = [r["turnaround_ratio"] for r in rows if isinstance(r["turnaround_ratio"], float)]
-        prs = [r["phase_ratio"] for r in rows if isinstance(r["phase_ratio"], float)]
+        rows = [r for r in table if r.lead == lead]
+        trs = [r.turnaround_ratio for r in rows if r.turnaround_ratio is not None]
+        prs = [r.phase_ratio for r in rows if r.phase_ratio is not None]
         if trs and prs:
             print(f"  lead {lead:>5g}: turnaround {sum(trs) / len(trs):.3f} "
                   f"(worst {max(trs):.3f}), phase difference {sum(prs) / len(prs):.4f} "
@@ -187,17 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     csv_path = args.out / "pace_lead.csv"
     with open(csv_path, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(table[0]) if table else ["lead"])
+        writer = csv.DictWriter(fh, fieldnames=[f.name for f in fields(LeadRow)])
         writer.writeheader()
         for r in table:
-            writer.writerow({k: ("" if v is None else v) for k, v in r.items()})
+            writer.writerow({k: ("" if v is None else v) for k, v in asdict(r).items()})
     png = args.out / "pace_lead.png"
     plot(png, table)
     print(f"wrote {csv_path} and {png}")
     return 0
 
 
-def plot(path: Path, table: list[dict[str, object]]) -> None:
+def plot(path: Path, table: list[LeadRow]) -> None:
     """Turnaround ratio against phase-difference ratio, one curve per cell, the targets
     as lines."""
     import matplotlib
@@ -206,13 +230,12 @@ def plot(path: Path, table: list[dict[str, object]]) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    cells = sorted({(r["nodes"], r["lam"]) for r in table})  # type: ignore[type-var]
+    cells = sorted({(r.nodes, r.lam) for r in table})
     for n, lam in cells:
-        rows = sorted((r for r in table if (r["nodes"], r["lam"]) == (n, lam)),
-                      key=lambda r: r["lead"])  # type: ignore[arg-type, return-value]
-        pts = [(r["phase_ratio"], r["turnaround_ratio"], r["lead"]) for r in rows
-               if isinstance(r["phase_ratio"], float) and r["phase_ratio"] > 0
-               and isinstance(r["turnaround_ratio"], float)]
+        rows = sorted((r for r in table if (r.nodes, r.lam) == (n, lam)), key=lambda r: r.lead)
+        pts = [(r.phase_ratio, r.turnaround_ratio, r.lead) for r in rows
+               if r.phase_ratio is not None and r.phase_ratio > 0
+               and r.turnaround_ratio is not None]
         if not pts:
             continue
         xs, ys, ls = zip(*pts, strict=True)

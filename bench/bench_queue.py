@@ -55,7 +55,7 @@ from runtime.config import RuntimeConfig
 
 POLICIES = ("sq", "strict")
 #: The live runtime's default placement (what every user gets).
-DEFAULT_PLACEMENT = RuntimeConfig.__dataclass_fields__["placement"].default
+DEFAULT_PLACEMENT: str = RuntimeConfig().placement
 PLACEMENTS = (DEFAULT_PLACEMENT, "least_loaded")
 DEFAULT = ("sq", DEFAULT_PLACEMENT)  # the live runtime's default policy and placement
 REFERENCE = ("strict", "least_loaded")  # uncoordinated first-fit: what users compare to
@@ -99,9 +99,13 @@ class Target:
     columns: tuple[Column, ...]
 
 
-def _field(key: Key, name: str) -> Callable[[CellRows], float | None]:
+def _field(key: Key, figure: Callable[[placement.Row], float | None]
+           ) -> Callable[[CellRows], float | None]:
+    """A cell's ``figure`` (e.g. ``lambda r: r.mean_wait``) of ``key``'s row: a callable,
+    not a field name, so that mypy checks the field exists."""
+
     def read(rows: CellRows) -> float | None:
-        value = getattr(rows[key], name)
+        value = figure(rows[key])
         return None if value is None else float(value)
 
     return read
@@ -161,40 +165,42 @@ def targets() -> list[Target]:
     return [
         Target("mean turnaround, default / strict+least_loaded", "<=", 1.1, True, (
             Column(f"{_label(DEFAULT)} / {_label(REFERENCE)}",
-                   _field(DEFAULT, "mean_turnaround"), _field(REFERENCE, "mean_turnaround"),
+                   _field(DEFAULT, lambda r: r.mean_turnaround),
+                   _field(REFERENCE, lambda r: r.mean_turnaround),
                    pooled_by_completed(DEFAULT)),)),
         Target("p95 turnaround, default / strict+least_loaded", "<=", 1.0, True, (
             Column(f"{_label(DEFAULT)} / {_label(REFERENCE)}",
-                   _field(DEFAULT, "p95_turnaround"), _field(REFERENCE, "p95_turnaround"),
+                   _field(DEFAULT, lambda r: r.p95_turnaround),
+                   _field(REFERENCE, lambda r: r.p95_turnaround),
                    mean_of_cells),)),
         Target("run time over nominal, sq / strict, each placement", "<=", 1.1, True, tuple(
-            Column(f"{pl}: sq / strict", _field(("sq", pl), "mean_run_over_nominal"),
-                   _field(("strict", pl), "mean_run_over_nominal"),
+            Column(f"{pl}: sq / strict", _field(("sq", pl), lambda r: r.mean_run_over_nominal),
+                   _field(("strict", pl), lambda r: r.mean_run_over_nominal),
                    pooled_by_completed(("sq", pl)))
             for pl in PLACEMENTS)),
         Target(f"mean wait, {dp} / least_loaded, each policy", "<=", 1.0, True, tuple(
-            Column(f"{pol}: {dp} / least_loaded", _field((pol, dp), "mean_wait"),
-                   _field((pol, "least_loaded"), "mean_wait"),
+            Column(f"{pol}: {dp} / least_loaded", _field((pol, dp), lambda r: r.mean_wait),
+                   _field((pol, "least_loaded"), lambda r: r.mean_wait),
                    pooled_by_completed((pol, dp)))
             for pol in POLICIES)),
         Target(f"max wait, {dp} / least_loaded, each policy (no starvation)", "<=", 0.5, True,
-               tuple(Column(f"{pol}: {dp} / least_loaded", _field((pol, dp), "max_wait"),
-                            _field((pol, "least_loaded"), "max_wait"), max_of_cells)
+               tuple(Column(f"{pol}: {dp} / least_loaded", _field((pol, dp), lambda r: r.max_wait),
+                            _field((pol, "least_loaded"), lambda r: r.max_wait), max_of_cells)
                      for pol in POLICIES)),
         Target("Jain's index of the waiting users' dominant shares, default, mean of cells",
                ">=", 0.9, False, (
-                   Column(_label(DEFAULT), _field(DEFAULT, "jain_dominant_share"), None,
+                   Column(_label(DEFAULT), _field(DEFAULT, lambda r: r.jain_dominant_share), None,
                           mean_of_cells),
                    Column(f"{_label(sq_l)} (for reference)",
-                          _field(sq_l, "jain_dominant_share"), None, mean_of_cells,
+                          _field(sq_l, lambda r: r.jain_dominant_share), None, mean_of_cells,
                           reference=True))),
         Target("mean phase difference, sq / strict, each placement", "<=", 0.01, True, (
-            Column(f"{dp}: sq / strict", _field(sq_f, "mean_phase_difference"),
-                   _field(st_f, "mean_phase_difference"), mean_of_cells),
-            Column("least_loaded: sq / strict", _field(sq_l, "mean_phase_difference"),
-                   _field(st_l, "mean_phase_difference"), mean_of_cells))),
+            Column(f"{dp}: sq / strict", _field(sq_f, lambda r: r.mean_phase_difference),
+                   _field(st_f, lambda r: r.mean_phase_difference), mean_of_cells),
+            Column("least_loaded: sq / strict", _field(sq_l, lambda r: r.mean_phase_difference),
+                   _field(st_l, lambda r: r.mean_phase_difference), mean_of_cells))),
         Target("window-violation fraction of sq, each placement", "<=", 0.01, True, tuple(
-            Column(f"sq+{pl}", _field(("sq", pl), "window_violation_fraction"), None,
+            Column(f"sq+{pl}", _field(("sq", pl), lambda r: r.window_violation_fraction), None,
                    mean_of_cells)
             for pl in PLACEMENTS)),
     ]

@@ -37,6 +37,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,9 @@ from workloads.spec import parse_document
 TARGET_CONTROL_S = 0.100
 TARGET_PLACEMENT_S = 0.100
 GANG = 4
+
+#: (wall, CPU) seconds of one figure (a median, or the first measurement).
+WallCpu = tuple[float, float]
 
 
 class _Reports:
@@ -133,18 +137,40 @@ class _Times:
         self.wall.clear()
         self.cpu.clear()
 
-    def first(self) -> tuple[float, float]:
+    def first(self) -> WallCpu:
         """(wall, CPU) of the first measurement, s."""
         return (self.wall[0], self.cpu[0]) if self.wall else (0.0, 0.0)
 
-    def median(self) -> tuple[float, float]:
+    def median(self) -> WallCpu:
         """(wall, CPU) medians, s (0 when nothing was measured)."""
         if not self.wall:
             return 0.0, 0.0
         return statistics.median(self.wall), statistics.median(self.cpu)
 
 
-def run(nodes: int, running: int, pending: int, repeats: int) -> dict[str, float]:
+@dataclass(frozen=True, slots=True)
+class ScaleFigures:
+    """One scale's figures: the grid as built (nodes, running subtasks, pending jobs),
+    the set-up's wall s, and each measured figure as (wall, CPU) s."""
+
+    nodes: int
+    running: int
+    pending: int
+    setup_s: float
+    reports: int
+    ingest: WallCpu
+    dropped: int
+    control: WallCpu
+    #: The first period: every gang joins there, and the tracked jobs' metrics are
+    #: exported (then every 5 real s: runtime.controller_service.METRICS_EVERY_S).
+    control_export: WallCpu
+    placement: WallCpu
+    journal: WallCpu
+    journal_writes: int
+    journal_mb: float
+
+
+def run(nodes: int, running: int, pending: int, repeats: int) -> ScaleFigures:
     config = RuntimeConfig()
     rate = config.core.rate_per_weight
     per_node = max(1, running // nodes)
@@ -211,23 +237,21 @@ def run(nodes: int, running: int, pending: int, repeats: int) -> dict[str, float
         writes = len(journal.wall)
         size = sum(f.stat().st_size for f in Path(tmp).glob("gm.sqlite*"))
         gm.close()
-    return {
-        "nodes": nodes,
-        "running": admitted * GANG,
-        "pending": queued,
-        "setup_s": setup_s,
-        "reports": len(reports),
-        "ingest": ingest.median(),
-        "dropped": dropped,
-        "control": control.median(),
-        # The first period: every gang joins there, and the tracked jobs' metrics are
-        # exported (then every 5 real s: runtime.controller_service.METRICS_EVERY_S).
-        "control_export": control.first(),
-        "placement": placement.median(),
-        "journal": journal.median(),
-        "journal_writes": writes,
-        "journal_mb": size / 1e6,
-    }
+    return ScaleFigures(
+        nodes=nodes,
+        running=admitted * GANG,
+        pending=queued,
+        setup_s=setup_s,
+        reports=len(reports),
+        ingest=ingest.median(),
+        dropped=dropped,
+        control=control.median(),
+        control_export=control.first(),
+        placement=placement.median(),
+        journal=journal.median(),
+        journal_writes=writes,
+        journal_mb=size / 1e6,
+    )
 
 
 def main() -> None:
@@ -236,42 +260,45 @@ def main() -> None:
                     help="100 nodes, 1,000 running subtasks, 1,000 pending jobs")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    scale = (100, 1_000, 1_000) if args.small else (1_000, 10_000, 10_000)
-    ref_scale = tuple(max(1, x // 10) for x in scale)
-    ref = run(*ref_scale, repeats=args.repeats)  # type: ignore[arg-type]
-    big = run(*scale, repeats=args.repeats)  # type: ignore[arg-type]
+    nodes, running, pending = (100, 1_000, 1_000) if args.small else (1_000, 10_000, 10_000)
+    ref = run(max(1, nodes // 10), max(1, running // 10), max(1, pending // 10),
+              repeats=args.repeats)
+    big = run(nodes, running, pending, repeats=args.repeats)
 
-    def ms(pair: tuple[float, float]) -> str:
+    def ms(pair: WallCpu) -> str:
         return f"{pair[0] * 1e3:.1f} / {pair[1] * 1e3:.1f} ms"
 
-    def ratio(key: str) -> str:
-        return f"{big[key][1] / ref[key][1]:.1f}x" if ref[key][1] else "-"
+    def ratio(figure: Callable[[ScaleFigures], WallCpu]) -> str:
+        """The ratio of ``figure``'s CPU medians, big / reference."""
+        cpu_ref = figure(ref)[1]
+        return f"{figure(big)[1] / cpu_ref:.1f}x" if cpu_ref else "-"
 
-    def verdict(pair: tuple[float, float], target: float) -> str:
+    def verdict(pair: WallCpu, target: float) -> str:
         wall, cpu = pair
         return (f"<= {target * 1e3:.0f} ms: CPU {'met' if cpu <= target else 'MISSED'}, "
                 f"wall {'met' if wall <= target else 'MISSED'}")
 
-    print(f"grid: {big['nodes']} nodes, {big['running']} running subtasks, {big['pending']} "
-          f"pending jobs (reference: {ref['nodes']} / {ref['running']} / {ref['pending']}); "
-          f"set-up {big['setup_s']:.1f} s; medians of {args.repeats}, wall / CPU (this "
+    print(f"grid: {big.nodes} nodes, {big.running} running subtasks, {big.pending} "
+          f"pending jobs (reference: {ref.nodes} / {ref.running} / {ref.pending}); "
+          f"set-up {big.setup_s:.1f} s; medians of {args.repeats}, wall / CPU (this "
           "process's), ratio of CPU medians")
     print("| figure | measured (wall / CPU) | target | reference (1/10 scale) | ratio |")
     print("| --- | --- | --- | --- | --- |")
     rows = [
-        (f"report ingest, one cycle's reports ({big['reports']})", ms(big["ingest"]), "-",
-         ms(ref["ingest"]), ratio("ingest")),
-        ("reports dropped", f"{big['dropped']}", "0", f"{ref['dropped']}", "-"),
-        ("control period", ms(big["control"]), verdict(big["control"], TARGET_CONTROL_S),
-         ms(ref["control"]), ratio("control")),
+        (f"report ingest, one cycle's reports ({big.reports})", ms(big.ingest), "-",
+         ms(ref.ingest), ratio(lambda f: f.ingest)),
+        ("reports dropped", f"{big.dropped}", "0", f"{ref.dropped}", "-"),
+        ("control period", ms(big.control), verdict(big.control, TARGET_CONTROL_S),
+         ms(ref.control), ratio(lambda f: f.control)),
         ("first control period (every gang joins; metrics exported)",
-         ms(big["control_export"]), "-", ms(ref["control_export"]), ratio("control_export")),
-        ("placement cycle (a job ends, the queue is placed)", ms(big["placement"]),
-         verdict(big["placement"], TARGET_PLACEMENT_S), ms(ref["placement"]),
-         ratio("placement")),
-        (f"journal write per change ({big['journal_writes']} writes; "
-         f"{big['journal_mb']:.1f} MB)", ms(big["journal"]), "-",
-         f"{ms(ref['journal'])} ({ref['journal_mb']:.1f} MB)", ratio("journal")),
+         ms(big.control_export), "-", ms(ref.control_export),
+         ratio(lambda f: f.control_export)),
+        ("placement cycle (a job ends, the queue is placed)", ms(big.placement),
+         verdict(big.placement, TARGET_PLACEMENT_S), ms(ref.placement),
+         ratio(lambda f: f.placement)),
+        (f"journal write per change ({big.journal_writes} writes; "
+         f"{big.journal_mb:.1f} MB)", ms(big.journal), "-",
+         f"{ms(ref.journal)} ({ref.journal_mb:.1f} MB)", ratio(lambda f: f.journal)),
     ]
     for row in rows:
         print("| " + " | ".join(row) + " |")

@@ -103,16 +103,17 @@ def report(rows: Sequence[paper.Row], wall: float) -> None:
     adm_total = _ratio(sum(r.admitted for r in sq_rows), sum(r.admitted for r in st_rows))
     phi_sq, phi_pp, phi_st = (_weighted_phase(x) for x in (sq_rows, pp_rows, st_rows))
     turn_total = _ratio(_weighted_turnaround(sq_rows), _weighted_turnaround(st_rows))
-    viol = [r.window_violation_fraction for r in sq_rows if r.window_violation_fraction is not None]
+    cell_viols = [r.window_violation_fraction for r in sq_rows
+                  if r.window_violation_fraction is not None]
     one_worker = sum(r.wall_seconds for r in rows)
     print()
     print("over the matrix (phase differences weighted by each cell's population):")
     print(f"  mean phase difference   sq {_fmt(phi_sq, 8, 1)} s   sq_paper {_fmt(phi_pp, 8, 1)} s"
           f"   strict {_fmt(phi_st, 8, 1)} s   sq/sq_paper {_fmt(_ratio(phi_sq, phi_pp))} "
           f"(<= 0.5)   sq/strict {_fmt(_ratio(phi_sq, phi_st))} (<= 0.1)")
-    mean_viol = sum(viol) / len(viol) if viol else None
+    mean_viol = sum(cell_viols) / len(cell_viols) if cell_viols else None
     print(f"  window violations (sq)  mean of cells {_fmt(mean_viol, 7, 4)}"
-          f" (<= 0.01), worst cell {_fmt(max(viol) if viol else None, 7, 4)}")
+          f" (<= 0.01), worst cell {_fmt(max(cell_viols) if cell_viols else None, 7, 4)}")
     print(f"  strict jobs admitted    sq {sum(r.admitted for r in sq_rows)}   strict "
           f"{sum(r.admitted for r in st_rows)}   ratio {_fmt(adm_total, 6, 3)} (>= 1.05) "
           f"{_mark(None if adm_total is None else adm_total >= 1.05)}")

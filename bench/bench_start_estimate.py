@@ -19,6 +19,8 @@ import argparse
 import random
 import statistics
 import time
+from collections.abc import Callable
+from functools import partial
 
 from global_manager.flow_placement import (
     FlowPlacementRequest,
@@ -72,11 +74,11 @@ def build(jobs: int, nodes: int, labels: bool, seed: int = 1
     return est, flow
 
 
-def median_seconds(fn: object, rounds: int) -> float:
+def median_seconds(fn: Callable[[], object], rounds: int) -> float:
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        fn()  # type: ignore[operator]
+        fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -90,8 +92,8 @@ def main() -> None:
     print(f"{args.jobs} pending jobs on {args.nodes} nodes, median of {args.rounds}")
     for labels in (False, True):
         est, flow = build(args.jobs, args.nodes, labels)
-        walk = median_seconds(lambda est=est: estimate_starts(est), args.rounds)
-        cycle = median_seconds(lambda flow=flow: place_pending(flow), args.rounds)
+        walk = median_seconds(partial(estimate_starts, est), args.rounds)
+        cycle = median_seconds(partial(place_pending, flow), args.rounds)
         starts = estimate_starts(est).starts
         none = sum(s is None for s in starts.values())
         print(f"  {'labels' if labels else 'no labels':9}  walk {1000 * walk:8.1f} ms  "
