@@ -356,7 +356,8 @@ class GlobalManagerCore:
         if n > len(self.nodes):
             return Admission(job_id, False, f"{n} subtasks but only {len(self.nodes)} nodes")
         up = len(self.nodes) - len(self.down)
-        if n > up and not (spec.qos is QosClass.STRICT and self.config.queue_mode is QueueMode.WAIT):
+        waits = spec.qos is QosClass.STRICT and self.config.queue_mode is QueueMode.WAIT
+        if n > up and not waits:
             return Admission(
                 job_id, False,
                 f"{n} subtasks but only {up} of {len(self.nodes)} nodes are up "
@@ -366,8 +367,6 @@ class GlobalManagerCore:
             bad = _check_split_totals(spec)
             if bad:
                 return Admission(job_id, False, bad)
-        strict = spec.qos is QosClass.STRICT
-        waits = strict and self.config.queue_mode is QueueMode.WAIT
         job = self._queued(job_id, spec, now)
         if waits or any(spec.labels_of(i) for i in range(n)):
             # Against the budget ceilings: a budget on measured capacity moves with the
