@@ -30,7 +30,7 @@ _BUILDING = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "
 
 def _fallback(reason: object) -> None:
     warnings.warn(f"coalloc: installing the pure-Python modules only ({reason}); "
-                  "the simulator runs about 1.7x slower", stacklevel=2)
+                  "the simulator runs about 1.5x slower", stacklevel=2)
 
 
 def _extensions() -> list[Any]:
