@@ -58,21 +58,24 @@ class OptionalBuildExt(build_ext):
     library built with them, so a failure removes what was built and falls back."""
 
     def run(self) -> None:
+        # Only an in-place build (an editable install) puts compiled files beside the
+        # sources, so only it rewrites the record of what they were built from.
         record = HERE / "workloads" / _native["BUILD_RECORD"]
-        record.unlink(missing_ok=True)
+        if self.inplace:
+            record.unlink(missing_ok=True)
         try:
             super().run()
         except Exception as exc:  # no C compiler, missing headers, ...
             for path in self.get_outputs():
                 Path(path).unlink(missing_ok=True)
-            if self.inplace:
+            if self.inplace:  # and an earlier build's, which no record vouches for now
                 for ext in self.extensions:
-                    Path(self.get_ext_filename(ext.name)).unlink(missing_ok=True)
+                    (HERE / self.get_ext_filename(ext.name)).unlink(missing_ok=True)
             _fallback(f"the C build failed: {exc}")
             return
-        if self.extensions:
-            # The compiled twins sit beside the sources in an editable install: record what
-            # they were built from, so that an edited source is not shadowed by a stale twin.
+        if self.extensions and self.inplace:
+            # The compiled twins sit beside the sources: record what they were built from,
+            # so that an edited source is not shadowed by a stale twin.
             digests = _native["source_digests"](str(HERE))
             record.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
 
