@@ -136,8 +136,8 @@ def install_pure_python_switch() -> None:
         if not stale:
             return
         warnings.warn(
-            f"coalloc: {', '.join(stale)} changed since they were compiled; importing every "
-            "compiled module from its source (slower) until `pip install -e .` rebuilds them",
+            f"coalloc: {', '.join(stale)} changed since the compiled modules were built; "
+            "importing all of them from source (slower) until `pip install -e .` rebuilds them",
             RuntimeWarning, stacklevel=2)
     sys.meta_path.insert(0, _SourceFirst(NATIVE_MODULES))
 
