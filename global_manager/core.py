@@ -121,7 +121,8 @@ class GlobalConfig:
     @property
     def queue_mode(self) -> QueueMode:
         """``queue`` as a mode (``__post_init__`` parsed it already)."""
-        return QueueMode.parse(self.queue)
+        queue = self.queue
+        return queue if isinstance(queue, QueueMode) else QueueMode.parse(queue)
 
 
 @dataclass(frozen=True, slots=True)

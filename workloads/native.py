@@ -155,13 +155,9 @@ def compiled_modules() -> dict[str, bool]:
     return {name: is_compiled(importlib.import_module(name)) for name in NATIVE_MODULES}
 
 
-def _rebuild(cls: type, values: tuple[Any, ...]) -> Any:
-    return cls(*values)
-
-
-def _reduce_frozen(obj: Any) -> tuple[Any, tuple[Any, ...]]:
-    fields = dataclasses.fields(obj)
-    return _rebuild, (type(obj), tuple(getattr(obj, f.name) for f in fields))
+def _reduce_frozen(obj: Any) -> tuple[type, tuple[Any, ...]]:
+    # pickle and copy call type(obj)(*values): the constructor, field by field.
+    return type(obj), tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
 
 
 def picklable_frozen_records(namespace: Mapping[str, Any]) -> None:
