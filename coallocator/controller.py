@@ -52,6 +52,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Final
 
 from workloads.native import picklable_frozen_records
 
@@ -150,38 +151,79 @@ class ControllerConfig:
             raise ValueError(f"weight_floor: must be within 0..1, got {self.weight_floor!r}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class SubtaskState:
     """One running subtask as the controller sees it.
 
     ``admitted_weight`` is ``r_i`` (its expected rate ``x_i``, Mcycles/s); ``weight`` and
     ``virtual_weight`` the current scheduling weights (Mcycles/s); ``virtual_time`` ``T_V``
     (s).
+
+    A value like the frozen records, written as a *final record* (``docs/decisions.md``,
+    "Issue 17, seventh pass"): ``Final`` fields, set once by a hand-written constructor.
+    The driver builds one per running subtask per control period, and a frozen
+    dataclass's generated constructor stays interpreted when compiled (6x slower).
+    mypy refuses any later assignment; compiled, so does the runtime.
     """
 
-    index: int
-    node: str
-    virtual_time: float
-    admitted_weight: float
-    weight: float
-    virtual_weight: float
+    index: Final[int]
+    node: Final[str]
+    virtual_time: Final[float]
+    admitted_weight: Final[float]
+    weight: Final[float]
+    virtual_weight: Final[float]
     #: dT_V/dT_R over the last period (x-bar / x); pace control only.
-    clock_rate: float = 1.0
+    clock_rate: Final[float]
     #: The rate cap in force (Mcycles/s; 0 = none); pace control only.
-    rate_cap: float = 0.0
+    rate_cap: Final[float]
     #: What the node could have given it per unit of expected rate over the last period
     #: without its cap (``available_work / expected_work``); ``None``: not reported.
-    capability: float | None = None
+    capability: Final[float | None]
+
+    def __init__(
+        self,
+        index: int,
+        node: str,
+        virtual_time: float,
+        admitted_weight: float,
+        weight: float,
+        virtual_weight: float,
+        clock_rate: float = 1.0,
+        rate_cap: float = 0.0,
+        capability: float | None = None,
+    ) -> None:
+        self.index = index
+        self.node = node
+        self.virtual_time = virtual_time
+        self.admitted_weight = admitted_weight
+        self.weight = weight
+        self.virtual_weight = virtual_weight
+        self.clock_rate = clock_rate
+        self.rate_cap = rate_cap
+        self.capability = capability
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class JobState:
-    """A strict job: its windows ``E_t`` and ``A_t`` (s) and its running subtasks."""
+    """A strict job: its windows ``E_t`` and ``A_t`` (s) and its running subtasks. A
+    final record (see :class:`SubtaskState`): one per controlled job per period."""
 
-    job_id: str
-    overall_deviation: float
-    asynchrony: float
-    subtasks: tuple[SubtaskState, ...]
+    job_id: Final[str]
+    overall_deviation: Final[float]
+    asynchrony: Final[float]
+    subtasks: Final[tuple[SubtaskState, ...]]
+
+    def __init__(
+        self,
+        job_id: str,
+        overall_deviation: float,
+        asynchrony: float,
+        subtasks: tuple[SubtaskState, ...],
+    ) -> None:
+        self.job_id = job_id
+        self.overall_deviation = overall_deviation
+        self.asynchrony = asynchrony
+        self.subtasks = subtasks
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,30 +238,64 @@ class ControlRequest:
     period: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class WeightChange:
     """New weights for one subtask; ``factor`` is the signed factor applied (Mcycles/s,
-    negative = slowed down) and ``from_slack`` the weight taken from the node's slack."""
+    negative = slowed down) and ``from_slack`` the weight taken from the node's slack. A
+    final record (see :class:`SubtaskState`)."""
 
-    index: int
-    node: str
-    factor: float
-    weight: float
-    virtual_weight: float
-    from_slack: float = 0.0
+    index: Final[int]
+    node: Final[str]
+    factor: Final[float]
+    weight: Final[float]
+    virtual_weight: Final[float]
+    from_slack: Final[float]
     #: Pace control: the new rate cap (Mcycles/s; 0 = none).
-    rate_cap: float = 0.0
+    rate_cap: Final[float]
+
+    def __init__(
+        self,
+        index: int,
+        node: str,
+        factor: float,
+        weight: float,
+        virtual_weight: float,
+        from_slack: float = 0.0,
+        rate_cap: float = 0.0,
+    ) -> None:
+        self.index = index
+        self.node = node
+        self.factor = factor
+        self.weight = weight
+        self.virtual_weight = virtual_weight
+        self.from_slack = from_slack
+        self.rate_cap = rate_cap
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class JobDecision:
-    """The controller's finding and action for one job in one period."""
+    """The controller's finding and action for one job in one period. A final record (see
+    :class:`SubtaskState`)."""
 
-    job_id: str
-    mean_virtual: float
-    phase_difference: float
-    window: Window
-    changes: tuple[WeightChange, ...]
+    job_id: Final[str]
+    mean_virtual: Final[float]
+    phase_difference: Final[float]
+    window: Final[Window]
+    changes: Final[tuple[WeightChange, ...]]
+
+    def __init__(
+        self,
+        job_id: str,
+        mean_virtual: float,
+        phase_difference: float,
+        window: Window,
+        changes: tuple[WeightChange, ...],
+    ) -> None:
+        self.job_id = job_id
+        self.mean_virtual = mean_virtual
+        self.phase_difference = phase_difference
+        self.window = window
+        self.changes = changes
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,7 +165,7 @@ class CycleResult:
 BookedRow = tuple[QueueName, str, int, float, float, float, float, bool, float]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LeanCycle:
     """A cycle as :meth:`LocalScheduler.step_lean` returns it: ``used`` (Mcycles, the
     sum of the grants in entry order, as :attr:`CycleResult.used`), the grants of the
@@ -177,9 +177,27 @@ class LeanCycle:
     qos_granted: list[float]
     finished: list[tuple[str, int]]
     rows: list[BookedRow]
-    virtual_idle: float = 0.0
+    virtual_idle: float
     #: :meth:`LocalScheduler._book`'s ``quiet_bound`` answer (-1: not asked).
-    quiet: int = -1
+    quiet: int
+
+    # Written out (not generated): one per node per cycle, and a generated constructor
+    # stays interpreted when compiled (docs/decisions.md, "Issue 17, seventh pass").
+    def __init__(
+        self,
+        used: float,
+        qos_granted: list[float],
+        finished: list[tuple[str, int]],
+        rows: list[BookedRow],
+        virtual_idle: float = 0.0,
+        quiet: int = -1,
+    ) -> None:
+        self.used = used
+        self.qos_granted = qos_granted
+        self.finished = finished
+        self.rows = rows
+        self.virtual_idle = virtual_idle
+        self.quiet = quiet
 
 
 @dataclass(slots=True)

@@ -160,19 +160,38 @@ def _reduce_frozen(obj: Any) -> tuple[type, tuple[Any, ...]]:
     return type(obj), tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
 
 
+def is_final_record(kind: type) -> bool:
+    """Whether ``kind`` is a *final record*: a dataclass declared
+    ``@dataclass(slots=True, init=False, unsafe_hash=True)`` whose fields are all
+    ``Final`` and set once by its own ``__init__``, which takes every field in declaration
+    order (``docs/decisions.md``, "Issue 17, seventh pass"). The hot records are written
+    so: compiled, their constructor is native and their fields read-only; a frozen
+    dataclass's generated constructor stays interpreted. (Compiled, the annotations no
+    longer say ``Final``: the declaration is what is read.)"""
+    if not dataclasses.is_dataclass(kind):
+        return False
+    params = kind.__dataclass_params__  # type: ignore[attr-defined]
+    return (not params.init and not params.frozen and params.eq and params.unsafe_hash
+            and all(f.init for f in dataclasses.fields(kind)))
+
+
 def picklable_frozen_records(namespace: Mapping[str, Any]) -> None:
-    """Let pickle and ``copy`` rebuild the frozen dataclasses defined in ``namespace`` (a
-    module's ``globals()``) through their constructor.
+    """Let pickle and ``copy`` rebuild the frozen dataclasses and final records
+    (:func:`is_final_record`) defined in ``namespace`` (a module's ``globals()``) through
+    their constructor.
 
     A compiled frozen dataclass cannot be unpickled the default way (its state is set
-    attribute by attribute, which ``frozen`` refuses); Ray, the worker pools and
-    ``copy.deepcopy`` all pickle such records. Every field of these records is an
-    ``__init__`` argument in declaration order, so the constructor rebuilds them; the pure
-    Python classes are rebuilt the same way, so both behave alike."""
+    attribute by attribute, which ``frozen`` refuses; a compiled final record's fields are
+    read-only too); Ray, the worker pools and ``copy.deepcopy`` all pickle such records.
+    Every field of these records is an ``__init__`` argument in declaration order, so the
+    constructor rebuilds them; the pure Python classes are rebuilt the same way, so both
+    behave alike."""
     module = namespace.get("__name__")
     for obj in list(namespace.values()):
-        if (isinstance(obj, type) and obj.__module__ == module
-                and dataclasses.is_dataclass(obj)
-                and obj.__dataclass_params__.frozen  # type: ignore[attr-defined]
-                and all(f.init for f in dataclasses.fields(obj))):
+        if not (isinstance(obj, type) and obj.__module__ == module
+                and dataclasses.is_dataclass(obj)):
+            continue
+        frozen = (obj.__dataclass_params__.frozen  # type: ignore[attr-defined]
+                  and all(f.init for f in dataclasses.fields(obj)))
+        if frozen or is_final_record(obj):
             copyreg.pickle(obj, _reduce_frozen)

@@ -18,7 +18,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coallocator.controller import ControllerConfig
+from coallocator.controller import (
+    ControllerConfig,
+    JobDecision,
+    JobState,
+    SubtaskState,
+    WeightChange,
+    Window,
+)
+from coallocator.phase_log import PeriodRecord
 from global_manager.core import GlobalConfig, QueueMode
 from global_manager.policies import policies
 from global_manager.simulator import JobResult
@@ -160,13 +168,49 @@ _RECORDS = [
     JobResult("j1", "coupled", "strict", 2, 0.0, True, "", True, 0.5, 1.5, 3.0, 120.0,
               nodes=("n0", "n1"), control_periods=4, wait=30.0, state="completed"),
 ]
+_STATE = SubtaskState(1, "n1", 12.5, 4.0, 3.5, 0.5, 0.9, 3.0, 1.25)
+_CHANGE = WeightChange(1, "n1", -0.5, 3.5, 0.5, 0.0, 3.0)
+#: The final records (workloads.native.is_final_record): hot values with written-out
+#: constructors.
+_FINAL_RECORDS = [
+    _STATE,
+    JobState("j1", 30.0, 10.0, (_STATE, SubtaskState(0, "n0", 10.0, 2.0, 2.0, 0.0))),
+    _CHANGE,
+    JobDecision("j1", 11.0, 2.5, Window.PACE, (_CHANGE,)),
+    PeriodRecord("j1", 3, 30.0, 11.0, 2.5, "pace", {"1": -0.5}, {"1": 3.5}, {"1": 0.5},
+                 estimated={"0": 1.5}),
+]
 
 
-@pytest.mark.parametrize("record", _RECORDS, ids=lambda r: type(r).__name__)
+@pytest.mark.parametrize("record", _RECORDS + _FINAL_RECORDS, ids=lambda r: type(r).__name__)
 def test_frozen_records_of_compiled_modules_survive_pickle_and_deepcopy(record: object) -> None:
     for copied in (pickle.loads(pickle.dumps(record)), copy.deepcopy(record)):
         assert copied == record and type(copied) is type(record)
     assert dataclasses.replace(record) == record  # type: ignore[type-var]
+
+
+@pytest.mark.parametrize("record", _FINAL_RECORDS, ids=lambda r: type(r).__name__)
+def test_a_final_record_is_a_value(record: object) -> None:
+    """Equal field by field, hashable as a frozen record is (the flat ones), and, where
+    its module runs compiled, no field can be set once it is built."""
+    kind = type(record)
+    assert native.is_final_record(kind)
+    fields = dataclasses.fields(record)  # type: ignore[arg-type]
+    values = [getattr(record, f.name) for f in fields]
+    assert kind(*values) == record
+    assert [getattr(kind(*values), f.name) for f in fields] == values
+    if not isinstance(record, PeriodRecord):  # its dicts make it unhashable, as before
+        assert hash(kind(*values)) == hash(record)
+    if native.is_compiled(sys.modules[kind.__module__]):
+        for f in fields:
+            with pytest.raises(AttributeError):
+                setattr(record, f.name, getattr(record, f.name))
+
+
+def test_frozen_and_plain_dataclasses_are_not_final_records() -> None:
+    assert not native.is_final_record(ControllerConfig)  # frozen, generated constructor
+    assert not native.is_final_record(JobResult)
+    assert not native.is_final_record(int)
 
 
 @settings(max_examples=25, deadline=None)
