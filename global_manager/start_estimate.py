@@ -38,8 +38,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-import numpy as np
-
 from global_manager.flow_placement import FIT_SLACK, PendingSubtask, _fits, _max_matching
 from workloads.native import picklable_frozen_records
 
@@ -250,44 +248,54 @@ def _room_limit(free: list[float]) -> float:
 
 
 class _Screen:
-    """Which waiting jobs could fit at one event, for many jobs at once.
+    """Which waiting jobs could fit at one event, job by job without trying them.
 
     An unlabelled gang fits iff its rates, largest first, each fit the allowed nodes'
     free budgets, largest first (:meth:`_Walk.gang`'s rule); the same comparisons are
-    made here over a matrix of every unlabelled job's sorted rates, with the same
-    floating-point operations, so a job the screen rejects is one :meth:`_Walk.gang`
-    would reject. Only the jobs it passes (and every labelled job) are tried one by one.
+    made here on every unlabelled job's sorted rates, with the same floating-point
+    operations, so a job the screen rejects is one :meth:`_Walk.gang` would reject. Only
+    the jobs it passes (and every labelled job) are tried one by one.
     Within one event time budgets only go down as jobs are booked, and a fit on lower
     budgets implies one on higher budgets, so a job rejected at the start of the event
-    stays rejected until its end (unless the allowed nodes grow: the held job started)."""
+    stays rejected until its end (unless the allowed nodes grow: the held job started).
+
+    Plain loops, not numpy arrays (until the seventh pass of issue 17): compiled, a loop
+    that stops at a job's first rate that does not fit costs less than numpy's fixed
+    cost per call on queues of the sizes a grid holds (tens to hundreds of jobs)."""
+
+    __slots__ = ("rates", "labelled", "run_time", "width")
 
     def __init__(self, queue: tuple[QueuedJob, ...]) -> None:
-        width = max((len(j.subtasks) for j in queue), default=0)
-        self.rates = np.full((len(queue), max(width, 1)), -np.inf)
-        self.size = np.array([len(j.subtasks) for j in queue], dtype=np.int64)
-        self.labelled = np.array([any(s.labels for s in j.subtasks) for j in queue],
-                                 dtype=bool)
-        self.run_time = np.array([j.run_time for j in queue], dtype=np.float64)
-        for p, j in enumerate(queue):
-            if not self.labelled[p] and j.subtasks:
-                self.rates[p, :len(j.subtasks)] = sorted((s.rate for s in j.subtasks),
-                                                         reverse=True)
+        #: Per job, its subtasks' rates, largest first (Mcycles/s; labelled jobs: none).
+        self.rates: list[list[float]] = []
+        self.labelled: list[bool] = []
+        self.run_time: list[float] = [j.run_time for j in queue]
+        #: The widest gang (at least 1): how many of the largest rooms are compared.
+        self.width = max(1, max((len(j.subtasks) for j in queue), default=0))
+        for j in queue:
+            labelled = any(s.labels for s in j.subtasks)
+            self.labelled.append(labelled)
+            self.rates.append(
+                [] if labelled else sorted((s.rate for s in j.subtasks), reverse=True)
+            )
 
-    def fits(self, free: list[float], allowed: list[bool]) -> np.ndarray:
-        """Per job: whether its gang fits the ``free`` budgets of the ``allowed`` nodes
-        (meaningful for unlabelled jobs only)."""
+    def limits(self, free: list[float], allowed: list[bool]) -> list[float]:
+        """The ``width`` largest rooms of the allowed nodes, largest first, each with the
+        fit rule's slack: the largest rate the k-th largest room takes (Mcycles/s)."""
         room = sorted((f for f, a in zip(free, allowed) if a), reverse=True)
-        width = self.rates.shape[1]
-        top = np.full(width, -np.inf)
-        n = min(width, len(room))
-        if n:
-            top[:n] = room[:n]
-        with np.errstate(invalid="ignore"):
-            limit = top + FIT_SLACK * np.maximum(1.0, np.abs(top))
-        limit[n:] = -np.inf  # no node there: only the padding (-inf) "fits"
-        # Padding (-inf rates) always fits; a gang wider than the allowed nodes never.
-        ok = (self.rates <= limit).all(axis=1)
-        return ok & (self.size <= len(room))  # type: ignore[no-any-return]
+        return [r + FIT_SLACK * max(1.0, abs(r)) for r in room[:self.width]]
+
+    def fits(self, p: int, limit: list[float]) -> bool:
+        """Whether job ``p``'s gang fits room with these :meth:`limits` (meaningful for
+        unlabelled jobs only): no wider than the allowed nodes, its k-th largest rate
+        within the k-th largest limit."""
+        rates = self.rates[p]
+        if len(rates) > len(limit):
+            return False
+        for k, r in enumerate(rates):
+            if not r <= limit[k]:
+                return False
+        return True
 
 
 def estimate_starts(req: StartEstimateRequest, *, screen: bool = True) -> StartEstimateReply:
@@ -313,7 +321,8 @@ def estimate_starts(req: StartEstimateRequest, *, screen: bool = True) -> StartE
     nodes: dict[str, tuple[str, ...]] = {}
     queue = req.queue
     biggest = [max((s.rate for s in j.subtasks), default=0.0) for j in queue]
-    alive = np.ones(len(queue), dtype=bool)
+    alive = [True] * len(queue)
+    left = len(queue)  # jobs still alive
     scr = _Screen(queue) if screen and queue else None
     holder_at = next((p for p, j in enumerate(queue) if j.job_id == holder), -1)
     t = req.now
@@ -323,27 +332,29 @@ def estimate_starts(req: StartEstimateRequest, *, screen: bool = True) -> StartE
         """Queue positions from ``first`` on worth trying at ``t`` (all, unscreened)."""
         if scr is None:
             return [p for p in range(first, len(queue)) if alive[p]]
-        backfills = (
-            holder is not None and hold is not None and hold.shadow is not None
-        )
-        fit_anywhere = scr.fits(walk.free, anywhere)
-        if holder is not None:
-            fit_unheld = scr.fits(walk.free, unheld)
-            if backfills:
-                assert hold is not None and hold.shadow is not None
-                early = t + scr.run_time <= hold.shadow + 1e-9
-                fit = np.where(early, fit_anywhere, fit_unheld)
+        backfill_until = (hold.shadow + 1e-9 if holder is not None and hold is not None
+                          and hold.shadow is not None else None)
+        room_anywhere = scr.limits(walk.free, anywhere)
+        room_unheld = scr.limits(walk.free, unheld) if holder is not None else room_anywhere
+        out: list[int] = []
+        for p in range(first, len(queue)):
+            if not alive[p]:
+                continue
+            if p == holder_at and holder is not None:
+                out.append(p)  # the held job is always tried (on its held nodes)
+                continue
+            if scr.labelled[p]:
+                out.append(p)
+                continue
+            if backfill_until is not None and t + scr.run_time[p] <= backfill_until:
+                limits = room_anywhere  # backfill: gone before the held job needs room
             else:
-                fit = fit_unheld
-        else:
-            fit = fit_anywhere
-        keep = alive & (scr.labelled | fit)
-        if holder is not None and holder_at >= 0:
-            keep[holder_at] = alive[holder_at]
-        keep[:first] = False
-        return np.flatnonzero(keep).tolist()  # type: ignore[no-any-return]
+                limits = room_unheld
+            if scr.fits(p, limits):
+                out.append(p)
+        return out
 
-    while alive.any():
+    while left:
         walk.release_until(t)
         top = _room_limit(walk.free)
         todo = candidates(0)
@@ -369,6 +380,7 @@ def estimate_starts(req: StartEstimateRequest, *, screen: bool = True) -> StartE
             starts[job.job_id] = t
             nodes[job.job_id] = tuple(req.nodes[k].name for k in got)
             alive[p] = False
+            left -= 1
             walk.book(job, got, t)
             top = _room_limit(walk.free)
             if job.job_id == holder:
@@ -390,8 +402,9 @@ def estimate_starts(req: StartEstimateRequest, *, screen: bool = True) -> StartE
         if valid_until == math.inf:
             valid_until = nxt
         t = nxt
-    for p in np.flatnonzero(alive).tolist():
-        starts[queue[p].job_id] = None
+    for p, waiting in enumerate(alive):
+        if waiting:
+            starts[queue[p].job_id] = None
     return StartEstimateReply(
         starts=MappingProxyType({j.job_id: starts[j.job_id] for j in req.queue}),
         nodes=MappingProxyType(nodes),

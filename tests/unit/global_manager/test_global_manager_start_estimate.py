@@ -72,6 +72,19 @@ def test_two_identical_gangs_start_one_after_the_other() -> None:
     assert dict(estimate_starts(req).starts) == {"j1": 30.0, "j2": 70.0}
 
 
+def test_a_node_without_room_does_not_hide_the_room_of_the_others() -> None:
+    # b's budget is -inf (nothing fits it). w (two subtasks of 40) needs two nodes: it can
+    # never start. s (one of 40) fits a now. A screen that compared s's empty second
+    # place with b's room (NaN once the slack is added) rejected s: the screened and the
+    # plain walk must agree.
+    req = StartEstimateRequest(
+        0.0, nodes(100, -math.inf), (), (job("w", 40, 40, run=10), job("s", 40, run=10)),
+    )
+    fast, plain = estimate_starts(req), estimate_starts(req, screen=False)
+    assert dict(fast.starts) == dict(plain.starts) == {"w": None, "s": 0.0}
+    assert dict(fast.nodes) == dict(plain.nodes) == {"s": ("a",)}
+
+
 def test_labels_are_respected_and_a_job_no_node_can_take_has_no_estimate() -> None:
     # a (gpu) is full until 80; b is free. x needs gpu -> 80 (on a); y needs 150 but no
     # budget is that large -> None; z needs 3 distinct nodes of 2 -> None; w (no labels)
