@@ -80,8 +80,15 @@ class JobTable:
     def running_strict(self) -> tuple[RunningSubtask, ...]:
         """The running strict subtasks with their expected ends (placement plus work
         over expected rate, s)."""
-        return tuple(
-            RunningSubtask(st.node, st.expected_rate, job.arrival + st.work / st.expected_rate)
-            for job in self.jobs.values() if job.spec.qos is QosClass.STRICT
-            for st in (job.subtasks[i] for i in job.running) if st.expected_rate > 0
-        )
+        out: list[RunningSubtask] = []
+        strict = QosClass.STRICT
+        for job in self.jobs.values():
+            # Most of a long table has ended: test what is cheap first.
+            if not job.running or job.spec.qos is not strict:
+                continue
+            for i in job.running:
+                st = job.subtasks[i]
+                if st.expected_rate > 0:
+                    out.append(RunningSubtask(st.node, st.expected_rate,
+                                              job.arrival + st.work / st.expected_rate))
+        return tuple(out)
