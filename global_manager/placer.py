@@ -46,12 +46,11 @@ from global_manager.flow_placement import (
     fair_shares,
 )
 from global_manager.flow_placement import place_pending as flow_place_pending
+from global_manager.fit import FIT_EPS, first_fit, fit_limits, gang_misfit
 from global_manager.registry import Registry
 
 #: Seconds a job waits before flow placement may hold nodes for it.
 RESERVE_AFTER = 600.0
-#: Absolute slack in "fits the free budget" of the greedy first fit (Mcycles/s).
-FIT_EPS = 1e-9
 
 
 # --------------------------------------------------------------------------- records
@@ -241,30 +240,6 @@ def split_on(
                                           split.rate_per_weight)
 
 
-def first_fit(
-    rates: Sequence[float], labels: Sequence[frozenset[str]], ranked: Sequence[NodeLoad],
-    checked: bool,
-) -> tuple[str, ...] | int:
-    """The one all-or-nothing greedy loop: subtasks in decreasing rate (ties by index),
-    each on the first node of ``ranked`` that is still unused, carries its labels
-    (``labels`` empty: none asked) and, if ``checked``, has free budget for it. The
-    nodes by subtask, or the index of the first subtask that found none."""
-    used: set[str] = set()
-    chosen = [""] * len(rates)
-    for i in sorted(range(len(rates)), key=lambda i: (-rates[i], i)):
-        for node in ranked:
-            if node.name in used or (labels and not labels[i] <= node.labels):
-                continue
-            if checked and rates[i] > node.free + FIT_EPS:
-                continue
-            chosen[i] = node.name
-            used.add(node.name)
-            break
-        else:
-            return i
-    return tuple(chosen)
-
-
 @dataclass(frozen=True, slots=True)
 class PlacementRequest:
     """Place ``rates`` (one expected rate per subtask, Mcycles/s) on distinct nodes.
@@ -303,11 +278,14 @@ def place(
         ranked = policy.rank(request.nodes, request.checked, rng)
     got = first_fit(request.rates, (), ranked, request.checked)
     if isinstance(got, int):
-        return PlacementReply(
-            None, f"no free node can take subtask {got} "
-            f"(expected rate {request.rates[got]:.6g} Mcycles/s)",
-        )
+        return PlacementReply(None, _no_room(request.rates, got))
     return PlacementReply(got)
+
+
+def _no_room(rates: Sequence[float], index: int) -> str:
+    """Why a gang without labels was not placed: subtask ``index`` found no node."""
+    return (f"no free node can take subtask {index} "
+            f"(expected rate {rates[index]:.6g} Mcycles/s)")
 
 
 # ----------------------------------------------------------------------- grid state
@@ -326,6 +304,9 @@ class _Grid:
         #: they stand: built once and dropped at every commit.
         self._loads: tuple[NodeLoad, ...] | None = None
         self._ranked: dict[bool, list[NodeLoad]] = {}
+        #: The up nodes' free budgets as :func:`~global_manager.fit.gang_misfit` reads
+        #: them, as they stand (dropped at every commit).
+        self._limits: list[float] | None = None
 
     def loads(self) -> tuple[NodeLoad, ...]:
         if self._loads is None:
@@ -348,6 +329,14 @@ class _Grid:
             got = self._ranked[checked] = policy.rank(self.loads(), checked, rng)
         return got
 
+    def misfit(self, rates: Sequence[float]) -> int:
+        """The subtask a checked, unlabelled gang of ``rates`` stops at on the up nodes as
+        they stand, under any ranking (-1: it fits; :func:`~global_manager.fit.
+        gang_misfit`)."""
+        if self._limits is None:
+            self._limits = fit_limits([n.budget - n.committed for n in self.loads()])
+        return gang_misfit(rates, self._limits)
+
     def budgets_finite(self) -> bool:
         return all(math.isfinite(n.budget) for n in self.req.nodes)
 
@@ -363,6 +352,7 @@ class _Grid:
         self.placed[job.job_id] = p
         self._loads = None
         self._ranked.clear()
+        self._limits = None
 
     def states(self, held: tuple[str, ...] = ()) -> tuple[NodeState, ...]:
         """The up nodes for the flow solver; ``held`` ones have no room for anybody."""
@@ -417,6 +407,15 @@ class GreedyPlacement:
                 return (f"no free node with labels {', '.join(sorted(job.labels[got])) or '(none)'}"
                         f" can take subtask {got} (expected rate {rates[got]:.6g} Mcycles/s)")
         else:
+            if checked and 0 < len(rates) <= len(loads):
+                # Whether it fits does not depend on the ranking: a gang that does not is
+                # told so without walking the nodes. A ranking that draws from the RNG
+                # still draws, as place() would (the run's draws stay the same).
+                miss = grid.misfit(rates)
+                if miss >= 0:
+                    if not self.pure_rank:
+                        self.rank(loads, checked, rng)
+                    return _no_room(rates, miss)
             reply = place(PlacementRequest(rates, checked, loads), self, rng,
                           grid.ranked(self, checked, rng) if self.pure_rank else None)
             if reply.nodes is None:
@@ -788,6 +787,7 @@ class _BackfillCycle:
         self.reserved_on: dict[str, float] = {}
         self.reasons: dict[str, tuple[PendingReason, ...]] = {}
         self._views: dict[tuple[int, ...], tuple[list[NodeLoad], list[float]]] = {}
+        self._fit_limits: dict[tuple[int, ...], tuple[list[float], list[float]]] = {}
         self._run_times: dict[str, float] = {}
 
     def run(self) -> CycleReply:
@@ -861,6 +861,14 @@ class _BackfillCycle:
         self._views[active] = view
         return view
 
+    def _limits(self, active: tuple[int, ...], frees: list[float]) -> list[float]:
+        """:meth:`_view`'s free budgets as :func:`~global_manager.fit.gang_misfit` reads
+        them (cached with the view)."""
+        hit = self._fit_limits.get(active)
+        if hit is None or hit[0] is not frees:
+            hit = self._fit_limits[active] = (frees, [f + FIT_EPS for f in frees])
+        return hit[1]
+
     def _run_time(self, job: QueuedJob) -> float:
         t = self._run_times.get(job.job_id)
         if t is None:
@@ -877,6 +885,8 @@ class _BackfillCycle:
         ranked, frees = self._view(active)
         if _hopeless(job.rates, frees):
             return None
+        if not any(job.labels) and gang_misfit(job.rates, self._limits(active, frees)) >= 0:
+            return None  # exact, and without walking the ranking (fit.gang_misfit)
         got = first_fit(job.rates, job.labels, ranked, True)
         if isinstance(got, int):
             return None

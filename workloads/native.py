@@ -51,6 +51,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "coallocator.phase_log",
     "global_manager.core",
     "global_manager.engine",
+    "global_manager.fit",
     "global_manager.pending_queue",
     "global_manager.start_estimate",
     "global_manager.simulator",

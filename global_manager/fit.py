@@ -1,0 +1,91 @@
+"""The greedy fit of one gang on ranked nodes (:func:`first_fit`): the kernel every greedy
+placement policy runs for every job it tries, kept apart from the registered policies so
+that it is compiled with the scheduling core (``workloads/native.py``; the policies'
+registry decorators keep :mod:`global_manager.placer` interpreted).
+
+Rates and budgets in Mcycles/s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+#: Absolute slack in "fits the free budget" of the greedy first fit (Mcycles/s).
+FIT_EPS = 1e-9
+
+
+class RankedNode(Protocol):
+    """What the fit reads of a node (:class:`~global_manager.placer.NodeLoad`): its name,
+    its strict ``budget`` and the rate ``committed`` against it (Mcycles/s), its labels."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def budget(self) -> float: ...
+
+    @property
+    def committed(self) -> float: ...
+
+    @property
+    def labels(self) -> frozenset[str]: ...
+
+
+def first_fit(
+    rates: Sequence[float], labels: Sequence[frozenset[str]], ranked: Sequence[RankedNode],
+    checked: bool,
+) -> tuple[str, ...] | int:
+    """The one all-or-nothing greedy loop: subtasks in decreasing rate (ties by index),
+    each on the first node of ``ranked`` that is still unused, carries its labels
+    (``labels`` empty: none asked) and, if ``checked``, has free budget for it (its
+    ``budget - committed``, with :data:`FIT_EPS` of slack). The nodes by subtask, or the
+    index of the first subtask that found none."""
+    n = len(ranked)
+    names = [node.name for node in ranked]
+    used: set[str] = set()  # by name, as a node is named once
+    chosen = [""] * len(rates)
+    room: list[float] = []
+    if checked:
+        room = [node.budget - node.committed for node in ranked]
+    node_labels: list[frozenset[str]] = []
+    if labels:
+        node_labels = [node.labels for node in ranked]
+    for i in sorted(range(len(rates)), key=lambda i: (-rates[i], i)):
+        rate = rates[i]
+        for k in range(n):
+            if names[k] in used or (labels and not labels[i] <= node_labels[k]):
+                continue
+            if checked and rate > room[k] + FIT_EPS:
+                continue
+            chosen[i] = names[k]
+            used.add(names[k])
+            break
+        else:
+            return i
+    return tuple(chosen)
+
+
+def gang_misfit(rates: Sequence[float], limits: Sequence[float]) -> int:
+    """The subtask :func:`first_fit` stops at on checked nodes whose free budgets, with
+    :data:`FIT_EPS` added, are ``limits`` (largest first), whatever their ranking; -1 when
+    it places the whole gang.
+
+    Greedy largest-first on distinct nodes places a gang iff its k-th largest rate fits
+    the k-th largest free budget for every k; and it stops at the first k that does not:
+    the nodes that fit that subtask are among the k-1 largest, and each larger subtask
+    before it took one of them. So a gang that does not fit is found without ranking or
+    walking the nodes (placement tries every pending job every cycle, and in a full grid
+    almost none fits). Unlabelled gangs only (labels restrict the nodes)."""
+    order = sorted(range(len(rates)), key=lambda i: (-rates[i], i))
+    n = len(limits)
+    for k, i in enumerate(order):
+        if k >= n or rates[i] > limits[k]:
+            return i
+    return -1
+
+
+def fit_limits(rooms: Sequence[float]) -> list[float]:
+    """:func:`gang_misfit`'s ``limits`` of nodes with these free budgets (Mcycles/s):
+    largest first, each with :data:`FIT_EPS` added as :func:`first_fit` adds it."""
+    return [r + FIT_EPS for r in sorted(rooms, reverse=True)]
