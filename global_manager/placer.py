@@ -34,6 +34,7 @@ from global_manager.backfill import (
     committed_at,
     reserved_reason,
 )
+from global_manager.fit import FIT_EPS, first_fit, fit_limits, gang_misfit
 from global_manager.flow_placement import (
     FlowPlacementReply,
     FlowPlacementRequest,
@@ -46,7 +47,6 @@ from global_manager.flow_placement import (
     fair_shares,
 )
 from global_manager.flow_placement import place_pending as flow_place_pending
-from global_manager.fit import FIT_EPS, first_fit, fit_limits, gang_misfit
 from global_manager.registry import Registry
 
 #: Seconds a job waits before flow placement may hold nodes for it.
