@@ -77,11 +77,24 @@ def gang_misfit(rates: Sequence[float], limits: Sequence[float]) -> int:
     before it took one of them. So a gang that does not fit is found without ranking or
     walking the nodes (placement tries every pending job every cycle, and in a full grid
     almost none fits). Unlabelled gangs only (labels restrict the nodes)."""
-    order = sorted(range(len(rates)), key=lambda i: (-rates[i], i))
+    m = len(rates)
     n = len(limits)
-    for k, i in enumerate(order):
-        if k >= n or rates[i] > limits[k]:
-            return i
+    ordered = sorted(rates, reverse=True)  # first_fit's order, as values
+    for k in range(m):
+        v = ordered[k]
+        if k < n and not v > limits[k]:
+            continue
+        # first_fit's k-th subtask: equal rates go by index, so it is the j-th lowest
+        # index among the subtasks of rate v, j its place in their run of v.
+        j = k
+        while j > 0 and ordered[j - 1] == v:
+            j -= 1
+        j = k - j
+        for i in range(m):
+            if rates[i] == v:
+                if j == 0:
+                    return i
+                j -= 1
     return -1
 
 
