@@ -820,8 +820,9 @@ class _BackfillCycle:
         # nobody and get no reason; the fair order of the others does not change, since
         # only placements move it).
         _, frees = self._view(())
+        limits = self._limits((), frees)
         rest = [j for j in req.jobs if j.job_id not in head_ids
-                and not (pol.screen and j.strict and _hopeless(j.rates, frees))]
+                and not (pol.screen and j.strict and _cannot_fit(j, frees, limits))]
         for job in self._fair_order(rest):
             if not self._try(job) and self.reservations and self._fits(job, False):
                 self.reasons[job.job_id] = (blocked_reason(self.reservations[0].job_id),)
@@ -883,10 +884,8 @@ class _BackfillCycle:
         active = tuple(k for k, res in enumerate(self.reservations)
                        if end > res.start + 1e-9) if reserved else ()
         ranked, frees = self._view(active)
-        if _hopeless(job.rates, frees):
+        if _cannot_fit(job, frees, self._limits(active, frees)):
             return None
-        if not any(job.labels) and gang_misfit(job.rates, self._limits(active, frees)) >= 0:
-            return None  # exact, and without walking the ranking (fit.gang_misfit)
         got = first_fit(job.rates, job.labels, ranked, True)
         if isinstance(got, int):
             return None
@@ -950,6 +949,18 @@ class _BackfillCycle:
             return None
         t, nodes = best
         return Reservation(job.job_id, t, tuple(zip(nodes, job.rates)))
+
+
+def _cannot_fit(job: QueuedJob, frees: Sequence[float], limits: Sequence[float]) -> bool:
+    """Whether the strict ``job`` cannot be placed first-fit on nodes with the free
+    budgets ``frees`` (sorted, largest first; ``limits``: them as
+    :func:`~global_manager.fit.gang_misfit` reads them), whatever their ranking: exact
+    for an unlabelled gang (:func:`~global_manager.fit.gang_misfit`), the necessary test
+    of :func:`_hopeless` for a labelled one. Budgets only shrink within a cycle, so
+    either answer holds for the rest of it."""
+    if any(job.labels):
+        return _hopeless(job.rates, frees)
+    return gang_misfit(job.rates, limits) >= 0
 
 
 def _hopeless(rates: Sequence[float], frees: Sequence[float]) -> bool:
