@@ -184,6 +184,9 @@ class GlobalManagerCore:
         #: Job id -> (its spec, its queue arrival, what placement sees of it): a pending
         #: job is presented to every placement cycle unchanged (``_queued``).
         self._queued_memo: dict[str, tuple[JobSpec, float, QueuedJob]] = {}
+        # Each pending job as the start estimates see it, by job id (built once per job
+        # and spec; start_estimates runs whenever a job joins the queue).
+        self._estimated_memo: dict[str, tuple[JobSpec, EstimatedJob]] = {}
         #: Bumped whenever what placement sees of the grid changes (a placement, a
         #: release, a node down or up, a measured capacity, a restore): the reasons
         #: memoised below are good while it stays the same.
@@ -627,13 +630,9 @@ class GlobalManagerCore:
             for job in self.jobs.values() if job.running and job.spec.qos is QosClass.STRICT
             for st in (job.subtasks[i] for i in sorted(job.running))
         )
-        queue = []
-        for rec in sorted(self.pending.values(),
-                          key=lambda r: (-r.spec.priority, r.arrival, r.seq)):
-            works, _, rates = self._shape(rec.spec)
-            run = max((w / x for w, x in zip(works, rates) if x > 0), default=math.inf)
-            subs = tuple(PendingSubtask(x, rec.spec.labels_of(i)) for i, x in enumerate(rates))
-            queue.append(EstimatedJob(rec.job_id, subs, run))
+        queue = [self._estimated(rec.job_id, rec.spec)
+                 for rec in sorted(self.pending.values(),
+                                   key=lambda r: (-r.spec.priority, r.arrival, r.seq))]
         hold = None
         drain = self.queue.hold
         if drain is not None and drain.job_id in self.pending:
@@ -647,6 +646,24 @@ class GlobalManagerCore:
                       for n in self.nodes.values() if n.name not in self.down)
         req = StartEstimateRequest(now, nodes, bookings, tuple(queue), hold)
         return self._estimates.get(req).starts
+
+    def _estimated(self, job_id: str, spec: JobSpec) -> EstimatedJob:
+        """The pending job ``spec`` as the start estimates see it: its subtasks' expected
+        rates and labels, and how long it runs once started (``max_i w_i / x_i``, s).
+        Built once per job and spec."""
+        memo = self._estimated_memo.get(job_id)
+        if memo is not None and memo[0] is spec:
+            return memo[1]
+        if len(self._estimated_memo) > 64 + 2 * len(self.pending):
+            # Forget the jobs that left the queue (amortised over the calls).
+            self._estimated_memo = {j: m for j, m in self._estimated_memo.items()
+                                    if j in self.pending}
+        works, _, rates = self._shape(spec)
+        run = max((w / x for w, x in zip(works, rates) if x > 0), default=math.inf)
+        subs = tuple(PendingSubtask(x, spec.labels_of(i)) for i, x in enumerate(rates))
+        job = EstimatedJob(job_id, subs, run)
+        self._estimated_memo[job_id] = (spec, job)
+        return job
 
     def next_expiry(self) -> float | None:
         """The earliest time (s) a pending job's ``max_wait`` runs out, if any."""
