@@ -3,13 +3,20 @@ claim that whether (and where) a gang fails does not depend on the node ranking.
 
 from __future__ import annotations
 
+import math
 import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from global_manager.fit import FIT_EPS, first_fit, fit_limits, gang_misfit
-from global_manager.placer import NodeLoad
+from global_manager.flow_placement import (
+    FlowPlacementRequest,
+    NodeState,
+    UserShare,
+)
+from global_manager.flow_placement import place_pending as flow_place_pending
+from global_manager.placer import GridNode, NodeLoad, QueuedJob, never_placeable
 
 # Rates and budgets from a small set, so that ties and exact fits (room == rate, and
 # rate == room + FIT_EPS) come up often.
@@ -63,3 +70,31 @@ def test_first_fit_places_the_largest_rate_first_on_the_first_ranked_node_with_r
     assert first_fit((1.0, 2.0, 3.0), (), [a, b], True) == 0
     assert gang_misfit((1.0, 2.0, 3.0), fit_limits([40.0, 100.0])) == 0
     assert gang_misfit((30.0, 50.0), fit_limits([40.0, 100.0, 30.0])) == -1
+
+
+def _solved(job: QueuedJob, nodes: tuple[GridNode, ...], share: float) -> tuple[object, ...]:
+    """never_placeable's answer for a strict job by the flow solve alone (what it computed
+    for every job before the matching test was put in front of it)."""
+    empty = tuple(NodeState(n.name, n.speed, n.budget - 0.0, n.labels, 0.0) for n in nodes)
+    reply = flow_place_pending(FlowPlacementRequest(
+        0.0, (job.pending_job(),), empty, (UserShare(job.user, bound=math.inf),),
+        qos_share=share, reserve_after=None,
+    ))
+    return reply.pending.get(job.job_id, ())
+
+
+@settings(max_examples=300, deadline=None)
+@given(budgets=st.lists(_AMOUNT, min_size=1, max_size=5),
+       rates=st.lists(st.sampled_from([10.0, 20.0, 25.0, 40.0, 50.0, 50.0 * (1 + 1e-9), 90.0]),
+                      min_size=1, max_size=6),
+       share=st.sampled_from([0.3, 0.5, 1.0]))
+def test_a_gang_that_fits_the_empty_grid_by_the_matching_test_has_no_reason(
+    budgets: list[float], rates: list[float], share: float,
+) -> None:
+    """never_placeable answers an unlabelled strict gang that fits the k-th largest
+    budgets without a flow solve: the solve agrees (no reason) whenever it does so, and
+    a gang that fails the test still gets the solve's reasons."""
+    nodes = tuple(GridNode(f"n{k}", 100.0, b, 0.0, 0.0) for k, b in enumerate(budgets))
+    qj = QueuedJob("j", "u", tuple(r * 10 for r in rates), tuple(rates), tuple(rates),
+                   tuple(frozenset() for _ in rates))
+    assert never_placeable(qj, nodes, share) == _solved(qj, nodes, share)
