@@ -26,7 +26,7 @@ from typing import Any
 
 from coallocator.controller import guaranteed_pace, initial_rate_cap
 from global_manager.admission import AdmissionPolicy
-from global_manager.flow_placement import PendingReason, PendingSubtask, ReasonKind
+from global_manager.flow_placement import PendingReason, ReasonKind
 from global_manager.job_table import JobRecord, JobTable
 from global_manager.pending_queue import PendingQueue, PendingRecord
 from global_manager.placer import (
@@ -183,10 +183,11 @@ class GlobalManagerCore:
         self.qos_capacity: dict[str, float] = {}
         #: Job id -> (its spec, its queue arrival, what placement sees of it): a pending
         #: job is presented to every placement cycle unchanged (``_queued``).
-        self._queued_memo: dict[str, tuple[JobSpec, float, QueuedJob]] = {}
-        # Each pending job as the start estimates see it, by job id (built once per job
-        # and spec; start_estimates runs whenever a job joins the queue).
-        self._estimated_memo: dict[str, tuple[JobSpec, EstimatedJob]] = {}
+        #: The fourth item: the job as the start estimates see it (built from the third
+        #: the first time they ask; ``_estimated``).
+        self._queued_memo: dict[
+            str, tuple[JobSpec, float, QueuedJob, EstimatedJob | None]
+        ] = {}
         #: Bumped whenever what placement sees of the grid changes (a placement, a
         #: release, a node down or up, a measured capacity, a restore): the reasons
         #: memoised below are good while it stays the same.
@@ -437,7 +438,7 @@ class GlobalManagerCore:
             self._queued_memo = {j: m for j, m in self._queued_memo.items()
                                  if j in self.pending}
         job = self._build_queued(job_id, spec, arrival)
-        self._queued_memo[job_id] = (spec, arrival, job)
+        self._queued_memo[job_id] = (spec, arrival, job, None)
         return job
 
     def _build_queued(self, job_id: str, spec: JobSpec, arrival: float) -> QueuedJob:
@@ -630,7 +631,7 @@ class GlobalManagerCore:
             for job in self.jobs.values() if job.running and job.spec.qos is QosClass.STRICT
             for st in (job.subtasks[i] for i in sorted(job.running))
         )
-        queue = [self._estimated(rec.job_id, rec.spec)
+        queue = [self._estimated(rec.job_id, rec.spec, rec.arrival)
                  for rec in sorted(self.pending.values(),
                                    key=lambda r: (-r.spec.priority, r.arrival, r.seq))]
         hold = None
@@ -647,23 +648,17 @@ class GlobalManagerCore:
         req = StartEstimateRequest(now, nodes, bookings, tuple(queue), hold)
         return self._estimates.get(req).starts
 
-    def _estimated(self, job_id: str, spec: JobSpec) -> EstimatedJob:
-        """The pending job ``spec`` as the start estimates see it: its subtasks' expected
-        rates and labels, and how long it runs once started (``max_i w_i / x_i``, s).
-        Built once per job and spec."""
-        memo = self._estimated_memo.get(job_id)
-        if memo is not None and memo[0] is spec:
-            return memo[1]
-        if len(self._estimated_memo) > 64 + 2 * len(self.pending):
-            # Forget the jobs that left the queue (amortised over the calls).
-            self._estimated_memo = {j: m for j, m in self._estimated_memo.items()
-                                    if j in self.pending}
-        works, _, rates = self._shape(spec)
-        run = max((w / x for w, x in zip(works, rates) if x > 0), default=math.inf)
-        subs = tuple(PendingSubtask(x, spec.labels_of(i)) for i, x in enumerate(rates))
-        job = EstimatedJob(job_id, subs, run)
-        self._estimated_memo[job_id] = (spec, job)
-        return job
+    def _estimated(self, job_id: str, spec: JobSpec, arrival: float) -> EstimatedJob:
+        """The pending job ``spec`` as the start estimates see it: what placement sees of
+        it (:meth:`_queued`), as subtasks with their expected rates and labels, and its
+        expected run time. Built once per job, spec and arrival (kept in its memo)."""
+        job = self._queued(job_id, spec, arrival)
+        memo = self._queued_memo[job_id]
+        if memo[3] is not None:
+            return memo[3]
+        est = EstimatedJob(job_id, job.pending_job().subtasks, job.run_time)
+        self._queued_memo[job_id] = (memo[0], memo[1], memo[2], est)
+        return est
 
     def next_expiry(self) -> float | None:
         """The earliest time (s) a pending job's ``max_wait`` runs out, if any."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from global_manager.flow_placement import FIT_SLACK
+
 #: Absolute slack in "fits the free budget" of the greedy first fit (Mcycles/s).
 FIT_EPS = 1e-9
 
@@ -96,6 +98,14 @@ def gang_misfit(rates: Sequence[float], limits: Sequence[float]) -> int:
                     return i
                 j -= 1
     return -1
+
+
+def slack_limits(rooms: Sequence[float]) -> list[float]:
+    """The largest rate each of these free budgets takes under the flow solver's fit rule
+    (:func:`~global_manager.flow_placement._fits`: a slack relative to the budget), in
+    the order given (Mcycles/s): the start estimates' and ``never_placeable``'s
+    :func:`gang_misfit` limits when ``rooms`` come largest first."""
+    return [r + FIT_SLACK * max(1.0, abs(r)) for r in rooms]
 
 
 def fit_limits(rooms: Sequence[float]) -> list[float]:

@@ -34,9 +34,14 @@ from global_manager.backfill import (
     committed_at,
     reserved_reason,
 )
-from global_manager.fit import FIT_EPS, first_fit, fit_limits, gang_misfit
+from global_manager.fit import (
+    FIT_EPS,
+    first_fit,
+    fit_limits,
+    gang_misfit,
+    slack_limits,
+)
 from global_manager.flow_placement import (
-    FIT_SLACK,
     FlowPlacementReply,
     FlowPlacementRequest,
     NodeState,
@@ -536,24 +541,19 @@ def never_placeable(
         )
     if not all(math.isfinite(n.budget) for n in nodes):
         return ()
-    if not any(job.labels) and gang_misfit(job.rates, _flow_limits(nodes)) < 0:
+    if not any(job.labels):
         # An unlabelled gang whose k-th largest rate fits the k-th largest budget (the
         # flow's fit rule) has a whole placement on the empty grid, which the solve below
         # finds: no reason (fit.gang_misfit's argument; a test compares the two).
-        return ()
+        budgets = sorted((n.budget - 0.0 for n in nodes), reverse=True)
+        if gang_misfit(job.rates, slack_limits(budgets)) < 0:
+            return ()
     empty = tuple(NodeState(n.name, n.speed, n.budget - 0.0, n.labels, 0.0) for n in nodes)
     reply = flow_place_pending(FlowPlacementRequest(
         0.0, (job.pending_job(),), empty, (UserShare(job.user, bound=math.inf),),
         qos_share=qos_share, reserve_after=None,
     ))
     return reply.pending.get(job.job_id, ())
-
-
-def _flow_limits(nodes: tuple[GridNode, ...]) -> list[float]:
-    """The largest rate each node's whole budget takes under the flow's fit rule
-    (:func:`~global_manager.flow_placement._fits`: a relative slack), largest first."""
-    budgets = sorted((n.budget - 0.0 for n in nodes), reverse=True)
-    return [b + FIT_SLACK * max(1.0, abs(b)) for b in budgets]
 
 
 def _assign(
@@ -799,8 +799,9 @@ class _BackfillCycle:
         self.reservations: list[Reservation] = []
         self.reserved_on: dict[str, float] = {}
         self.reasons: dict[str, tuple[PendingReason, ...]] = {}
-        self._views: dict[tuple[int, ...], tuple[list[NodeLoad], list[float]]] = {}
-        self._fit_limits: dict[tuple[int, ...], tuple[list[float], list[float]]] = {}
+        self._views: dict[
+            tuple[int, ...], tuple[list[NodeLoad], list[float], list[float]]
+        ] = {}
         self._run_times: dict[str, float] = {}
 
     def run(self) -> CycleReply:
@@ -832,8 +833,7 @@ class _BackfillCycle:
         # it for the rest of the cycle: leave it out (it would place nothing, hold back
         # nobody and get no reason; the fair order of the others does not change, since
         # only placements move it).
-        _, frees = self._view(())
-        limits = self._limits((), frees)
+        _, frees, limits = self._view(())
         rest = [j for j in req.jobs if j.job_id not in head_ids
                 and not (pol.screen and j.strict and _cannot_fit(j, frees, limits))]
         for job in self._fair_order(rest):
@@ -850,11 +850,15 @@ class _BackfillCycle:
         them, or as they are without ``fair``."""
         return fair_order(jobs, self.grid.held) if self.policy.fair else jobs
 
-    def _view(self, active: tuple[int, ...]) -> tuple[list[NodeLoad], list[float]]:
+    def _view(
+        self, active: tuple[int, ...]
+    ) -> tuple[list[NodeLoad], list[float], list[float]]:
         """The up nodes ranked for a job that would still run when the reservations
         ``active`` (indices) start, with their free budget then (the current free
-        budget, less on a reserved node what the reservation needs at its start), and
-        those free budgets sorted, largest first. Cached until the grid changes."""
+        budget, less on a reserved node what the reservation needs at its start), those
+        free budgets sorted, largest first, and the same as
+        :func:`~global_manager.fit.gang_misfit` reads them. Cached until the grid
+        changes."""
         hit = self._views.get(active)
         if hit is not None:
             return hit
@@ -871,17 +875,10 @@ class _BackfillCycle:
             loads.append(NodeLoad(n.name, n.speed, n.budget - free, n.budget,
                                   grid.load[n.name], n.labels))
         ranked = self.policy.rank(tuple(loads), True, self.rng)
-        view = (ranked, sorted((nl.free for nl in loads), reverse=True))
+        frees = sorted((nl.free for nl in loads), reverse=True)
+        view = (ranked, frees, fit_limits(frees))
         self._views[active] = view
         return view
-
-    def _limits(self, active: tuple[int, ...], frees: list[float]) -> list[float]:
-        """:meth:`_view`'s free budgets as :func:`~global_manager.fit.gang_misfit` reads
-        them (cached with the view)."""
-        hit = self._fit_limits.get(active)
-        if hit is None or hit[0] is not frees:
-            hit = self._fit_limits[active] = (frees, [f + FIT_EPS for f in frees])
-        return hit[1]
 
     def _run_time(self, job: QueuedJob) -> float:
         t = self._run_times.get(job.job_id)
@@ -896,8 +893,8 @@ class _BackfillCycle:
         end = self.now + self._run_time(job)
         active = tuple(k for k, res in enumerate(self.reservations)
                        if end > res.start + 1e-9) if reserved else ()
-        ranked, frees = self._view(active)
-        if _cannot_fit(job, frees, self._limits(active, frees)):
+        ranked, frees, limits = self._view(active)
+        if _cannot_fit(job, frees, limits):
             return None
         got = first_fit(job.rates, job.labels, ranked, True)
         if isinstance(got, int):

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from global_manager.fit import slack_limits
 from global_manager.flow_placement import FIT_SLACK, PendingSubtask, _fits, _max_matching
 from workloads.native import picklable_frozen_records
 
@@ -283,7 +284,7 @@ class _Screen:
         """The ``width`` largest rooms of the allowed nodes, largest first, each with the
         fit rule's slack: the largest rate the k-th largest room takes (Mcycles/s)."""
         room = sorted((f for f, a in zip(free, allowed) if a), reverse=True)
-        return [r + FIT_SLACK * max(1.0, abs(r)) for r in room[:self.width]]
+        return slack_limits(room[:self.width])
 
     def fits(self, p: int, limit: list[float]) -> bool:
         """Whether job ``p``'s gang fits room with these :meth:`limits` (meaningful for
