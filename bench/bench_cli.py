@@ -3,17 +3,17 @@
 ``coalloc submit``, ``status``, ``queue`` and ``cancel``, each a fresh ``coalloc``
 process as a user's shell starts it, timed from spawn to exit: through the global
 manager's HTTP API (the default) and, as the reference measured in the same run against
-the same runtime, through the old path that starts a Ray driver per call
-(``COALLOC_TRANSPORT=ray``). The target is a median of at most 0.3 s per command
-(issue 15, §2). ``submit`` submits one small loose job; ``cancel`` cancels the job the
-previous ``submit`` of the same path made.
+the same runtime, through the path that starts a Ray driver per call
+(``COALLOC_TRANSPORT=ray``). The target is a median of at most 0.3 s per command (an
+interactive command's budget). ``submit`` submits one small loose job; ``cancel`` cancels
+the job the previous ``submit`` of the same path made.
 
 Run: ``python3 bench/bench_cli.py`` (about a minute on two cores; ``--samples`` and
 ``--nodes`` change the sizes). It brings up its own runtime (``coalloc up``, an embedded
 Ray head) in a private ``COALLOC_HOME`` and takes it down at the end.
 
 ``--stopped`` measures instead ``coalloc status`` (through the API) while one node's
-local manager is SIGSTOPped (issue 15 §1: within 1 s), once everything answers and once
+local manager is SIGSTOPped (target: within 1 s), once everything answers and once
 the stopped node is shown as not answering, against this tree and, as the reference in
 the same run, the tree given by ``--reference`` (e.g. a checkout of main, run with it
 first on ``PYTHONPATH``: its CLI, and its actors, since the embedded Ray head inherits the
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: Median seconds per command the issue asks for.
+#: Median seconds per command: an interactive command should answer at typing speed.
 TARGET_S = 0.3
 COMMANDS = ("submit", "status", "queue", "cancel")
 JOB = {"name": "bench", "qos": "loose", "subtasks": [{"work": 1e6, "weight": 1}]}

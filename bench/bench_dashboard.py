@@ -1,4 +1,4 @@
-"""Benchmark: the web dashboard at 64 nodes and 1,000 queued jobs (issue 16 §1: first
+"""Benchmark: the web dashboard at 64 nodes and 1,000 queued jobs (targets: first
 render at most 1 s, and updates that do not re-download everything).
 
 The page is served by the real API server (``runtime.api.ApiServer``) over a synthetic

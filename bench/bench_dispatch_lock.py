@@ -1,5 +1,5 @@
-"""How long the global manager's queries wait while a dispatch hangs on one node (issue 15
-§1: dispatch outside the lock).
+"""How long the global manager's queries wait while a dispatch hangs on one node (the
+dispatch's calls are made outside the service's lock, so they should not wait).
 
 A live :class:`runtime.global_service.GlobalService` on four nodes (no Ray: a
 :class:`runtime.global_service.Dispatch` in memory whose ``place`` on node ``n0`` hangs for

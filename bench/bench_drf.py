@@ -13,7 +13,7 @@ Then one full allocation round: 1,000 users over the pooled capacity of 10,000 n
 (32 cores, 128 GB, 10 Gb/s each), i.e. every task that fits is launched, timed for
 ``drf()`` (validation included; best of 5), for the heap alone (the core before numpy
 batches, ``_heap_launches``: the reference, same counts checked) and for the online
-``DrfAllocator``. Target (issue 17): ``drf()`` <= 0.1 s. Reference point: the
+``DrfAllocator``. Target: ``drf()`` <= 0.1 s. Reference point: the
 Mesos allocator takes about 1 s for a round over 10k agents and 1k frameworks (it also
 places tasks agent by agent, which this pooled round does not).
 

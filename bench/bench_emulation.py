@@ -1,4 +1,4 @@
-"""Benchmark: many emulated nodes on one machine (issue 15 §3).
+"""Benchmark: many emulated nodes on one machine.
 
 For each node count: ``coalloc up --nodes N`` (an embedded Ray head in a private
 ``COALLOC_HOME``), then
@@ -16,7 +16,7 @@ For each node count: ``coalloc up --nodes N`` (an embedded Ray head in a private
    reached after it had passed);
 
 then ``coalloc down``. The reference printed with each row, measured in the same run, is
-the issue's target: up <= 15 s, idle <= 0.3 cores, no late cycle. A benchmark, not a
+the target: up <= 15 s, idle <= 0.3 cores, no late cycle. A benchmark, not a
 test: it asserts nothing.
 
 Run: ``python3 bench/bench_emulation.py --nodes 64`` (about two minutes per count on two

@@ -1,4 +1,4 @@
-"""What recording one change costs the global manager (issue 15 §1: <= 2 ms at 10,000 jobs).
+"""What recording one change costs the global manager (target: <= 2 ms at 10,000 jobs).
 
 For each job count (default 1,000 and 10,000) a live :class:`runtime.global_service.
 GlobalService` is filled as a day of use leaves it: every job but the last batch's

@@ -1,4 +1,4 @@
-"""The price of being in step (issue 14 §5): turnaround against phase difference as pace
+"""The price of being in step: turnaround against phase difference as pace
 control lets a gang's members lead.
 
 Pace control keeps a gang's members at one pace (``ControllerConfig.pace_lead`` 0, the
@@ -11,7 +11,7 @@ configuration: work-conserving queues, ``queue: wait``) under ``sq`` with the de
 placement for each lead, and under ``strict`` + ``least_loaded`` (the reference, measured
 in the same run), and prints per lead and cell:
 
-* mean turnaround / the reference's (issue 14's target: <= 1.1 in every cell);
+* mean turnaround / the reference's (target: <= 1.1 in every cell);
 * mean phase difference / the reference's (target <= 0.01) and the window-violation
   fraction (target <= 0.01);
 * utilisation and mean wait.

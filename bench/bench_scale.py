@@ -1,4 +1,4 @@
-"""Benchmark: the global manager and the controller past one machine (issue 15 §3).
+"""Benchmark: the global manager and the controller past one machine.
 
 Drives the live runtime's real services in one process, without Ray or sockets: a
 :class:`runtime.global_service.GlobalService` (admission, pending queue, placement, job

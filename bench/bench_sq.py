@@ -6,7 +6,7 @@ at the expected rate, 12.5 Mcycles/s per weight unit; queues not work-conserving
 the policies ``sq`` (pace control), ``sq_paper`` (the paper's windows) and ``strict``
 (strict admission, no controller) through the experiment's own runner, one worker per
 CPU, no phase logs. Every figure of ``sq`` is printed beside the reference measured in
-the same run, as the ratio the issue's targets are stated in:
+the same run, as the ratio its target is stated in:
 
 * mean phase difference: sq / sq_paper (target <= 0.5) and sq / strict (<= 0.1);
 * window-violation fraction of sq (target <= 0.01);

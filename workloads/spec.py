@@ -1,7 +1,6 @@
 """Job-spec files (YAML and JSON) and in-memory job mappings -> :class:`JobSpec`.
 
-The keys are the user-facing contract of issue 3 (more may be added; these keep their
-meaning)::
+The keys are the user-facing contract (more may be added; these keep their meaning)::
 
     name: coupled-sim
     qos: strict              # strict | loose | best_effort

@@ -42,7 +42,7 @@ DEFAULT_USERS = (20, 100, 500)
 DEFAULT_RUNS = 200
 DEFAULT_OUT = "runs/dmfa"
 
-# The default demand model (docs/decisions.md, "DMFA-SRQ experiment"): log-normal per-task
+# The default demand model (docs/decisions.md, "DMFA-SRQ"): log-normal per-task
 # requests as fractions of the pool. Medians of a few hundredths, log-sd about 1 (so 90 %
 # of requests lie within a factor ~5 of the median), CPU and memory positively correlated.
 CPU_MEDIAN = 0.03

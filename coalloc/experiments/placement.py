@@ -1,5 +1,5 @@
 """``coalloc experiment placement``: scheduling policies x placement policies with a
-pending queue under the live runtime's defaults (issue 9 §4, issue 14 §1).
+pending queue under the live runtime's defaults.
 
 For every cell ``nodes x lambda`` one workload is generated (the calibrated paper
 workload: :class:`~workloads.generator.PaperWorkloadParams` with ``rate_per_weight`` 12.5,

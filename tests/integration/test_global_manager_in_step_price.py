@@ -1,7 +1,7 @@
 """The price of being in step on a small matrix, through the whole simulated core under
 the live runtime's defaults (work-conserving queues, ``queue: wait``, ``runtime_core``),
-as ``bench/bench_queue.py --small`` measures it (docs/decisions.md, "In step at full
-speed"): ``sq`` keeps the gangs in step (phase difference under 1 % of strict's, windows
+as ``bench/bench_queue.py --small`` measures it (docs/decisions.md, "The price of being
+in step"): ``sq`` keeps the gangs in step (phase difference under 1 % of strict's, windows
 honoured) at a bounded price in run time and turnaround against uncoordinated ``strict``
 with first-fit placement, and uses the nodes as well.
 
@@ -50,8 +50,8 @@ def test_sq_stays_in_step_at_a_bounded_price(rows: dict[tuple[float, str], Row],
     # Not bought with much idle CPU: utilisation within a few points of strict's. It is
     # over the whole run, so it moves with the run's end, which a best-effort job sets
     # here: measured -0.057 at lambda 100 s (sq's admission on measured QoS capacity
-    # gives strict work the CPU the caps used to leave to best effort, whose last job
-    # ends 11 % later; -0.034 before it) and +0.001 at 400 s.
+    # gives strict work the CPU the caps leave, which best effort would otherwise get, so
+    # its last job ends 11 % later) and +0.001 at 400 s.
     assert sq.utilization is not None and strict.utilization is not None
     assert sq.utilization >= strict.utilization - 0.07
 

@@ -56,7 +56,8 @@ def runs() -> dict[tuple[int, float, str], RunResult]:
 
 def _known_gap(nodes: int, lam: float, reason: str) -> object:
     """A cell where the claim does not hold yet: xfail(strict) with the measured figures,
-    so the test fails loudly once it holds (docs/decisions.md, "sq: pace control")."""
+    so the test fails loudly once it holds (docs/decisions.md, "Admission by
+    measured QoS capacity")."""
     return pytest.param(nodes, lam, marks=pytest.mark.xfail(strict=True, reason=reason))
 
 

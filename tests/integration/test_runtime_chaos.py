@@ -1,4 +1,4 @@
-"""Chaos soak (issue 8 §6): the live runtime on the session Ray cluster, three emulated
+"""Chaos soak: the live runtime on the session Ray cluster, three emulated
 nodes, twenty strict jobs (some running real commands) submitted over time, while
 ``kill -9`` hits a random local manager, the controller and the global manager at random
 times (seeded). At the end: every job is terminal (completed, or failed with a reason),

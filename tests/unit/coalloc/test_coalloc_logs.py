@@ -140,7 +140,7 @@ def test_plot_a_named_job_with_both_windows(logs: Path, tmp_path: Path, capsys) 
 def test_the_plot_x_axis_says_the_unit_it_shows(logs: Path, tmp_path: Path, capsys,
                                                 monkeypatch) -> None:
     """The x axis is the log's ``real_time`` (the model's T_R, in model s; live, real s
-    x the time scale): labelled so (issue 15 §2), its range the plotted periods'."""
+    x the time scale): labelled so, its range the plotted periods'."""
     import matplotlib.figure
 
     seen: list[tuple[str, tuple[float, float]]] = []

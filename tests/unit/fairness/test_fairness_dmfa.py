@@ -324,8 +324,8 @@ def test_online_bad_input() -> None:
 
 
 def _sorted_bisection_level(b, wd, available: float) -> float:
-    """The solver as first written (before issue 17 took the sums row by row and read
-    the bisection's breakpoints one at a time): one ``(k, m)`` matrix, ``g`` at each
+    """The plain form of the solver (without the sums row by row and the breakpoints read
+    one at a time): one ``(k, m)`` matrix, ``g`` at each
     visited breakpoint by numpy. The oracle for the bytes of the levels."""
     np = pytest.importorskip("numpy")
     order = np.argsort(b, kind="stable")

@@ -1,4 +1,4 @@
-"""What the live global manager tells its users about waiting jobs (issue 15 §2): the
+"""What the live global manager tells its users about waiting jobs: the
 real reason at submission, one measure of WAIT for every job, no lost nodes on a
 requeued job, and no zombie counted for a subtask that has just finished. In memory,
 over the loopback grid of ``test_runtime_gm_faults``."""
