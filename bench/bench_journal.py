@@ -90,7 +90,7 @@ def spec(k: int) -> JobSpec:
 
 
 def old_rewrite(svc: GlobalService, path: Path) -> None:
-    """The journal write this replaced (main 158eca8 ``GlobalService._persist``)."""
+    """The reference: the whole table rewritten as one JSON file on every change."""
     atomic_write_json(path, {
         "version": 2,
         "core": svc.core.snapshot(),

@@ -1,5 +1,5 @@
 """What the global manager's once-a-second reconciliation costs per node: the status
-document (before) against the typed :class:`~workloads.messages.NodeReport` (now).
+document (the reference) against the typed :class:`~workloads.messages.NodeReport`.
 
 Run: ``python3 bench/bench_node_report.py [--running 16] [--history 2000] [--rounds 200]``.
 
@@ -9,15 +9,15 @@ history holds ``--history`` ended subtasks (2,000 is its cap: a node that has be
 while). Per reconciliation, the best of ``--rounds`` (ms) and the bytes Ray ships (the
 pickled answer):
 
-  (a) reference, as the monitor did: ``snapshot()`` (the status document, with its
+  (a) reference, the whole node document: ``snapshot()`` (the status document, with its
       history), pickled and unpickled, and the global manager's walk over its entries
       (keys, work done, ended ones);
   (b) now: ``report(asked)`` with the (run id, index) the global manager still has
       running there, pickled and unpickled, and ``GlobalService.apply_report``.
 
 Prints both and the ratio (a)/(b), and what one ``coalloc status`` gathered from
-``--status-nodes`` such nodes on main (every node's status document) against now
-(nothing: status reads the reports the monitor already holds).
+``--status-nodes`` such nodes if it asked each node (every node's status document) against
+now (nothing: status reads the reports the monitor already holds).
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ def setup(running: int, history: int) -> tuple[NodeRuntime, GlobalService]:
 def old_walk(
     seen: list[dict[str, Any]], progress: dict[tuple[str, int], float]
 ) -> tuple[int, int]:
-    """The global manager's pass over a status document's subtasks (main e0b45c3's
-    ``reconcile``/``runs_to_stop`` reading of each entry)."""
+    """The global manager's pass over a whole status document's subtasks (the reference:
+    ``reconcile``/``runs_to_stop`` reading every entry of the node's document)."""
     ended = 0
     known = {(str(d.get("job_id")), int(d.get("index", -1))) for d in seen}
     for d in seen:
