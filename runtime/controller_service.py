@@ -226,7 +226,6 @@ class ControllerService:
             "commands_sent": 0,
             "commands_dropped": 0,
         }
-        self._dropped_seen: dict[str, int] = {}
         #: Model time of the last metrics export (:data:`METRICS_EVERY_S`).
         self._metrics_at = -math.inf
         self.incarnations = Incarnations()
