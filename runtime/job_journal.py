@@ -321,7 +321,7 @@ class JobJournal:
         """Every archived job's record, oldest archived first."""
         if self._journal is None:
             return [dict(r) for r in self._archived.values()]
-        return [dict(r) for r in self._journal.values("archive")]
+        return [dict(r) for r in self._journal.values("archive") if isinstance(r, dict)]
 
     # -------------------------------------------------------------- the file
     def checkpoint(self) -> int:
