@@ -226,7 +226,7 @@ class GlobalService:
         with self._lock:
             return self._store.archived_jobs()
 
-    # ---------------------------------------------------- the nodes' reports
+    # ------------------------------------------- the nodes' reports, reconciled
     def _info_of_run(self, run_id: str) -> JobInfo | None:
         """The running job whose current run is ``run_id`` (None: an old run, or a job
         that is not running)."""
@@ -251,57 +251,6 @@ class GlobalService:
 
     def _open_on(self, node: str) -> set[tuple[str, int]]:
         return set(self.running_subtasks(node).get(node, []))
-
-    def controller_jobs(
-        self, also: Iterable[str] = ()
-    ) -> list[tuple[JobRegistration, dict[int, float]]]:
-        """The running grid QoS jobs (strict, loose) as a restarted controller tracks
-        them again: each run's registration (its run id as ``job_id``) and which of its
-        subtasks ended when (index -> model s), as far as known; ``also``: runs the dead
-        controller tracked, listed whatever their state now if they are still their
-        job's current run (one that completed while the controller was down is then
-        closed with its summary)."""
-        grid = (QosClass.STRICT.value, QosClass.LOOSE.value)
-        wanted = set(also)
-        with self._lock:
-            return [
-                (
-                    JobRegistration(
-                        info.run_id, info.qos, float(info.start_at or 0),
-                        tuple((s.index, s.node, s.expected_rate) for s in info.subtasks),
-                        info.overall_deviation, info.asynchrony,
-                    ),
-                    {i: o.finish_time for i, o in info.outcomes.items()},
-                )
-                for info in self.jobs.values()
-                if info.qos in grid and (info.state is JobPhase.RUNNING or (
-                    info.state is not JobPhase.PENDING and info.subtasks
-                    and info.run_id in wanted))
-            ]
-
-    def ended_runs(
-        self, run_ids: Iterable[str], before: float
-    ) -> dict[str, tuple[dict[int, float], str]]:
-        """Of ``run_ids`` (runs the controller still tracks), those that ended here at or
-        before model time ``before``: run id -> (subtask index -> model s it ended, why
-        the run ended: "" completed, else its job's state, or "superseded" for a run its
-        job replaced or is waiting to replace after a requeue). The
-        controller closes them: a done report lost on the way (a kill mid-send) must not
-        leave a run open in the phase log forever."""
-        out: dict[str, tuple[dict[int, float], str]] = {}
-        with self._lock:
-            for run_id in run_ids:
-                info = self.jobs.get(RunId.parse(run_id, self.jobs).job_id)
-                if info is None:
-                    continue
-                if info.run_id != run_id or info.state is JobPhase.PENDING:
-                    out[run_id] = ({}, "superseded")  # requeued: a later run, or waiting
-                elif info.state is not JobPhase.RUNNING and info.finished_at is not None \
-                        and info.finished_at <= before:
-                    ends = {i: o.finish_time for i, o in info.outcomes.items()}
-                    why = "" if info.state is JobPhase.COMPLETED else info.state.value
-                    out[run_id] = (ends, why)
-        return out
 
     def apply_report(self, report: NodeReport) -> list[str]:
         """What the monitor does with a node's answer (:class:`NodeReport`): the node is
@@ -466,6 +415,58 @@ class GlobalService:
             self._persist()
         self._send_stops(stops)
         return list(silence.lost)
+
+    # ------------------------------------------------- the controller's questions
+    def controller_jobs(
+        self, also: Iterable[str] = ()
+    ) -> list[tuple[JobRegistration, dict[int, float]]]:
+        """The running grid QoS jobs (strict, loose) as a restarted controller tracks
+        them again: each run's registration (its run id as ``job_id``) and which of its
+        subtasks ended when (index -> model s), as far as known; ``also``: runs the dead
+        controller tracked, listed whatever their state now if they are still their
+        job's current run (one that completed while the controller was down is then
+        closed with its summary)."""
+        grid = (QosClass.STRICT.value, QosClass.LOOSE.value)
+        wanted = set(also)
+        with self._lock:
+            return [
+                (
+                    JobRegistration(
+                        info.run_id, info.qos, float(info.start_at or 0),
+                        tuple((s.index, s.node, s.expected_rate) for s in info.subtasks),
+                        info.overall_deviation, info.asynchrony,
+                    ),
+                    {i: o.finish_time for i, o in info.outcomes.items()},
+                )
+                for info in self.jobs.values()
+                if info.qos in grid and (info.state is JobPhase.RUNNING or (
+                    info.state is not JobPhase.PENDING and info.subtasks
+                    and info.run_id in wanted))
+            ]
+
+    def ended_runs(
+        self, run_ids: Iterable[str], before: float
+    ) -> dict[str, tuple[dict[int, float], str]]:
+        """Of ``run_ids`` (runs the controller still tracks), those that ended here at or
+        before model time ``before``: run id -> (subtask index -> model s it ended, why
+        the run ended: "" completed, else its job's state, or "superseded" for a run its
+        job replaced or is waiting to replace after a requeue). The
+        controller closes them: a done report lost on the way (a kill mid-send) must not
+        leave a run open in the phase log forever."""
+        out: dict[str, tuple[dict[int, float], str]] = {}
+        with self._lock:
+            for run_id in run_ids:
+                info = self.jobs.get(RunId.parse(run_id, self.jobs).job_id)
+                if info is None:
+                    continue
+                if info.run_id != run_id or info.state is JobPhase.PENDING:
+                    out[run_id] = ({}, "superseded")  # requeued: a later run, or waiting
+                elif info.state is not JobPhase.RUNNING and info.finished_at is not None \
+                        and info.finished_at <= before:
+                    ends = {i: o.finish_time for i, o in info.outcomes.items()}
+                    why = "" if info.state is JobPhase.COMPLETED else info.state.value
+                    out[run_id] = (ends, why)
+        return out
 
     # --------------------------------------------------------------- submission
     def start_boundary(self, calls: int = 1) -> float:
