@@ -2,7 +2,7 @@
 dispatch's calls are made outside the service's lock, so they should not wait).
 
 A live :class:`runtime.global_service.GlobalService` on four nodes (no Ray: a
-:class:`runtime.global_service.Dispatch` in memory whose ``place`` on node ``n0`` hangs for
+:class:`runtime.dispatch.Dispatch` in memory whose ``place`` on node ``n0`` hangs for
 ``--hang`` real seconds, as a local manager that stopped answering until its Ray call
 timed out; every other call answers at once). ``--calls`` times for each of ``describe()`` (what
 ``status`` reads), ``queue()`` and ``submit()`` of a job that waits in the queue: a strict

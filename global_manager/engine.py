@@ -36,7 +36,7 @@ def start_run(
     for best-effort and local work), then to its nodes, one ``place`` call per node with
     its subtasks, nodes in the order of their first subtask. A failing call propagates:
     the caller decides what a partial start means (the live global manager withdraws it,
-    see :meth:`runtime.global_service.GlobalService._dispatch`)."""
+    see :meth:`runtime.global_service.GlobalService._settle`)."""
     if registration is not None:
         register(registration)
     by_node: dict[str, list[Subtask]] = {}

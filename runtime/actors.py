@@ -35,8 +35,9 @@ from runtime.config import (
     RuntimeConfig,
 )
 from runtime.controller_service import ControllerService
-from runtime.global_service import GlobalService, HeardReport
+from runtime.global_service import GlobalService
 from runtime.journal import journal_files
+from runtime.node_health import HeardReport
 from runtime.node_host import HostedNode, node_handle
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase, make_real_clock

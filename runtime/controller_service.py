@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from coallocator.core import ControllerCore, violation_fraction
+from coallocator.core import ControllerCore, JobClockView, violation_fraction
 from coallocator.messages import ProgressReport, ReweightCommand
 from coallocator.phase_log import PeriodRecord, PhaseLogWriter, SummaryRecord
 from global_manager.engine import control_cycle
@@ -103,7 +103,7 @@ class CommandSink(Protocol):
 class Metrics(Protocol):
     """Observability hooks (Ray's ``ray.util.metrics`` in the actor; no-ops in tests)."""
 
-    def period(self, views: Iterable[Any], received: int, dropped: Mapping[str, int],
+    def period(self, views: Iterable[JobClockView], received: int, dropped: Mapping[str, int],
                now: float | None = None) -> None:
         """After the control period at model time ``now`` (s): the tracked jobs' views,
         reports received and frames dropped by reason (running totals)."""
@@ -111,7 +111,7 @@ class Metrics(Protocol):
 
 
 class NullMetrics:
-    def period(self, views: Iterable[Any], received: int, dropped: Mapping[str, int],
+    def period(self, views: Iterable[JobClockView], received: int, dropped: Mapping[str, int],
                now: float | None = None) -> None:
         return None
 
@@ -226,7 +226,6 @@ class ControllerService:
             "commands_sent": 0,
             "commands_dropped": 0,
         }
-        self._dropped_seen: dict[str, int] = {}
         #: Model time of the last metrics export (:data:`METRICS_EVERY_S`).
         self._metrics_at = -math.inf
         self.incarnations = Incarnations()

@@ -473,6 +473,7 @@ def deploy(
     from runtime.actors import ControllerActor, GlobalManagerActor, LocalManagerActor
     from runtime.node_host import (
         HostedNode,
+        ManagerFactory,
         NodeHostActor,
         default_nodes_per_process,
         host_name,
@@ -561,6 +562,7 @@ def deploy(
                 created.append(name)
                 continue
             name = host_name(len(set(node_hosts.values())))
+            manager: ManagerFactory = LocalManagerActor
             members = [(p.node, node_curves.get(p.node.name),
                         str(runtime_file(f"lm-{p.node.name}", base.epoch))) for p in group]
             host: Any = (
@@ -570,7 +572,7 @@ def deploy(
                     max_concurrency=max(8, 4 * len(group)),
                     max_restarts=LOCAL_MANAGER_MAX_RESTARTS, max_task_retries=0, **common,
                 )
-                .remote(members, config, base, ctl["report_endpoint"],
+                .remote(manager, members, config, base, ctl["report_endpoint"],
                         ctl["command_endpoint"], output_dir)
             )
             created.append(name)

@@ -1,4 +1,5 @@
-"""The global manager's journal: keyed JSON records in named tables, in one sqlite file.
+"""A journal store: keyed JSON records in named tables, in one sqlite file (what the global
+manager keeps in it, and when: :mod:`runtime.job_journal`).
 
 A write costs what changed: :meth:`Journal.put` and :meth:`Journal.delete` touch one row
 each, and :meth:`Journal.commit` records the lot in one transaction (sqlite in WAL mode;
@@ -15,7 +16,7 @@ counters and RNG).
 The file is created 0600 (it names users and jobs); sqlite gives its ``-wal`` and
 ``-shm`` files the same permissions. A file that is not such a journal (another format, a
 hand edit, a truncated copy, another :data:`SCHEMA_VERSION`) raises
-:class:`JournalUnreadable` on :meth:`Journal.open`.
+:class:`JournalUnreadable` when it is opened (:class:`Journal`).
 
 No Ray and no model here: values are JSON-able data, keys strings.
 """
@@ -127,7 +128,7 @@ class Journal:
             self._db.execute("BEGIN IMMEDIATE")
             self._in_txn = True
 
-    def put(self, table: str, key: str, value: Any) -> None:
+    def put(self, table: str, key: str, value: object) -> None:
         """Write ``value`` (JSON-able) under ``key`` in ``table`` (in the open
         transaction; durable at :meth:`commit`)."""
         text = json.dumps(value, separators=(",", ":"))
@@ -189,14 +190,14 @@ class Journal:
             raise JournalUnreadable(f"a row is not JSON ({exc})") from exc
         return out
 
-    def get(self, table: str, key: str) -> Any | None:
+    def get(self, table: str, key: str) -> object:
         """One row's value (None if absent), as committed or written in this
         transaction."""
         row = self._db.execute(
             f"SELECT value FROM {self._table(table)} WHERE key = ?", (key,)).fetchone()
         return None if row is None else json.loads(row[0])
 
-    def values(self, table: str) -> list[Any]:
+    def values(self, table: str) -> list[object]:
         """Every value of ``table``, in its order."""
         return [json.loads(text) for (text,) in self._db.execute(
             f"SELECT value FROM {self._table(table)} ORDER BY rowid")]

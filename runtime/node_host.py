@@ -12,15 +12,23 @@ restarted single-node actor does.
 
 The global manager reaches a hosted node through :class:`HostedNode`, which looks like
 the node's own actor handle (``handle.place.remote(subtasks, start)``) and calls the
-host's method of the same name with the node's name first.
+host's method of the same name with the node's name first. The host is handed the local
+manager's class by ``up`` (:class:`ManagerFactory`) rather than importing it:
+:mod:`runtime.actors` reaches hosted nodes through this module, which so stays below it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from runtime.config import NAMESPACE, local_manager_name
+from runtime.config import NAMESPACE, RuntimeConfig, local_manager_name
+from runtime.timebase import TimeBase
+from workloads.messages import NodeReport
+from workloads.model import Node, Subtask
+
+if TYPE_CHECKING:
+    from coallocator.security import ClientCurve
 
 #: Prefix of a node host's Ray actor name (``coalloc-lmh-0``, ...).
 HOST_PREFIX = "coalloc-lmh-"
@@ -49,25 +57,59 @@ def default_nodes_per_process(emulated: int) -> int:
     return -(-emulated // processes)
 
 
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+class HostedManager(Protocol):
+    """What a host asks of each local manager it hosts: the entry points of a
+    :class:`~runtime.actors.LocalManagerActor`."""
+
+    @property
+    def runtime(self) -> _Stoppable: ...
+
+    def ready(self) -> dict[str, Any]: ...
+
+    def place(self, subtasks: list[Subtask], start: float) -> int: ...
+
+    def cancel(self, job_id: str) -> bool: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def report(self, asked: list[tuple[str, int]]) -> NodeReport: ...
+
+    def shutdown(self) -> bool: ...
+
+
+class ManagerFactory(Protocol):
+    """Builds one node's local manager (:class:`~runtime.actors.LocalManagerActor`)."""
+
+    def __call__(
+        self, node: Node, config: RuntimeConfig, base: TimeBase, report_endpoint: str,
+        command_endpoint: str, output_dir: str | None, curve: ClientCurve | None = None,
+        checkpoint: str | None = None,
+    ) -> HostedManager: ...
+
+
 class NodeHostActor:
     """The local managers of ``members`` (node, CURVE keys, checkpoint path) in one
-    process; every entry point takes the node's name first and does what that node's
-    own :class:`~runtime.actors.LocalManagerActor` would."""
+    process, each built by ``manager`` (the local manager's actor class, handed over by
+    the deployment so that this module does not import it); every entry point takes the
+    node's name first and does what that node's own actor would."""
 
     def __init__(
         self,
-        members: Sequence[tuple[Any, Any, str | None]],
-        config: Any,
-        base: Any,
+        manager: ManagerFactory,
+        members: Sequence[tuple[Node, ClientCurve | None, str | None]],
+        config: RuntimeConfig,
+        base: TimeBase,
         report_endpoint: str,
         command_endpoint: str,
         output_dir: str | None,
     ) -> None:
-        from runtime.actors import LocalManagerActor
-
-        self.managers: dict[str, LocalManagerActor] = {}
+        self.managers: dict[str, HostedManager] = {}
         for node, curve, checkpoint in members:
-            self.managers[node.name] = LocalManagerActor(
+            self.managers[node.name] = manager(
                 node, config, base, report_endpoint, command_endpoint, output_dir, curve,
                 checkpoint,
             )
@@ -78,7 +120,7 @@ class NodeHostActor:
     def ready(self, node: str) -> dict[str, Any]:
         return dict(self.managers[node].ready(), host=True)
 
-    def place(self, node: str, subtasks: list[Any], start: float) -> int:
+    def place(self, node: str, subtasks: list[Subtask], start: float) -> int:
         return self.managers[node].place(subtasks, start)
 
     def cancel(self, node: str, job_id: str) -> bool:
@@ -87,7 +129,7 @@ class NodeHostActor:
     def status(self, node: str) -> dict[str, Any]:
         return self.managers[node].status()
 
-    def report(self, node: str, asked: list[tuple[str, int]]) -> Any:
+    def report(self, node: str, asked: list[tuple[str, int]]) -> NodeReport:
         return self.managers[node].report(asked)
 
     def shutdown(self) -> bool:

@@ -16,7 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from clocks.real_clock import RealClock
 
 
 class RealTimeSource(Protocol):
@@ -87,11 +90,11 @@ class ModelClock:
         return float(st.offset_s), str(getattr(st.quality, "value", st.quality))
 
 
-def make_real_clock(servers: Sequence[str], **kwargs: Any) -> Any:
+def make_real_clock(servers: Sequence[str]) -> RealClock:
     """A started :class:`clocks.real_clock.RealClock` for ``servers`` (none: local clock)."""
     from clocks.real_clock import RealClock
 
-    clock = RealClock(list(servers), **kwargs)
+    clock = RealClock(list(servers))
     if clock.servers:
         # The first sync before anyone reads the clock steps it at once.
         clock.sync()

@@ -2,7 +2,7 @@
 journal (its job table and the core's jobs) and the local managers' checkpoints.
 
 A record is a dataclass of the model (frozen where it is a value: :class:`JobSpec`,
-:class:`~runtime.global_service.PlacedSubtask`, ...); :func:`to_record` turns it into
+:class:`~runtime.jobs.PlacedSubtask`, ...); :func:`to_record` turns it into
 JSON-able data (enums as their values, tuples and frozensets as lists, nested records as
 mappings, numbers in the record's own units, e.g. Mcycles: no unit conversion, so a
 float comes back bit for bit; a field at its default is left out, so a ``-0.0`` where

@@ -222,3 +222,85 @@ def test_a_package_outside_every_layer_is_reported(tmp_path: Path) -> None:
     assert violations(found, (("low",),), {}) == [
         "low/__init__.py:1: stray: a package with no layer"
     ]
+
+
+# --------------------------------------------------------------- cycles between modules
+
+
+def module_graph(root: Path, packages: Iterable[str]) -> dict[str, set[str]]:
+    """Module -> the modules of its own top-level package it imports (any import the
+    layer walk counts; ``from p import m`` counts ``p.m`` when that is a module)."""
+    known = sorted(set(packages))
+    modules = {_module_name(root, p) for pkg in known for p in (root / pkg).rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for imp in imports(root, known):
+        here = _module_name(root, root / imp.path)
+        for name in (imp.module, *imp.names):
+            if name in modules and name != here and name.split(".")[0] == imp.package:
+                graph[here].add(name)
+    return graph
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The import cycles of ``graph``: each strongly connected set of two or more
+    modules, sorted (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next((w for w in edges if w not in index or w in on_stack), None)
+            if nxt is not None:
+                if nxt in index:
+                    low[node] = min(low[node], index[nxt])
+                else:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                part = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    part.append(w)
+                    if w == node:
+                        break
+                if len(part) > 1:
+                    found.append(sorted(part))
+    return sorted(found)
+
+
+def test_no_modules_import_each_other_in_a_cycle() -> None:
+    graph = module_graph(ROOT, top_level_packages())
+    assert sum(len(v) for v in graph.values()) > 50  # the walk did find the imports
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_check_finds_a_cycle_hidden_in_a_function(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg.b import f\n",
+        "pkg/b.py": "def f():\n    from pkg import c\n",
+        "pkg/c.py": "import pkg.a\n",
+        "pkg/d.py": "from pkg import a\nimport json\n",  # into the cycle, not part of it
+        "pkg/e.py": "from . import e\n",  # itself (and its package): no cycle
+    })
+    graph = module_graph(tmp_path, ["pkg"])
+    assert graph["pkg.d"] == {"pkg", "pkg.a"} and graph["pkg.e"] == {"pkg"}
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+    assert cycles({"x": {"y"}, "y": set()}) == []

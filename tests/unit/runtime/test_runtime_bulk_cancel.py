@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from runtime.global_service import read_journal
+from runtime.job_journal import read_journal
 from tests.unit.runtime.test_runtime_gm_faults import Grid
 from tests.unit.runtime.test_runtime_wiring import strict
 

@@ -218,9 +218,9 @@ def test_a_node_whose_manager_ray_is_restarting_is_lost_only_after_the_restart_w
     """A manager Ray takes longer than ``node_timeout`` to restart (a loaded machine)
     keeps its node and its gang: the node is stale (placement skips it), not lost. One
     that never comes back is lost all the same, once MANAGER_RESTART_WAIT_S has passed."""
-    import runtime.global_service as gs
+    import runtime.node_health as health
 
-    monkeypatch.setattr(gs, "MANAGER_RESTART_WAIT_S", 5.0)  # 50 cycles of 0.1 real s
+    monkeypatch.setattr(health, "MANAGER_RESTART_WAIT_S", 5.0)  # 50 cycles of 0.1 real s
     g = Grid(tmp_path)
     (a,) = g.gm.submit([_three()])
     job, node = a["job_id"], a["nodes"][0]

@@ -8,32 +8,26 @@ by id, by ``describe(archived=True)`` (``status --all``) and by ``cancel``."""
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import TypeAdapter
 
 from clocks.base import ManualClock
 from runtime.config import RuntimeConfig, runtime_core
-from runtime.global_service import (
-    JOURNAL_TABLES,
-    JOURNAL_VERSION,
-    GlobalService,
-    JobInfo,
-    read_journal,
-)
+from runtime.global_service import GlobalService
+from runtime.job_journal import JOURNAL_TABLES, read_journal
 from runtime.journal import Journal
 from runtime.timebase import ModelClock, TimeBase
 from tests.unit.runtime.test_runtime_gm_recovery import Recorder
 from tests.unit.runtime.test_runtime_wiring import JOBS, NODES, strict
 from workloads.messages import SubtaskOutcome, SubtaskPhase
-from workloads.model import EndPolicy, JobSpec
-from workloads.records import from_record
-from workloads.spec import job_to_dict
+from workloads.model import EndPolicy
 
 CYCLE = 10.0
 KEEP_S = 200.0  # real s = model s (time scale 1)
@@ -81,15 +75,6 @@ class World:
             self.gm.check_nodes()
             self.gm.place_pending()
             self.gm.archive_finished()
-
-
-def file_record(info: JobInfo) -> dict[str, Any]:
-    """Job ``info`` as journal versions 2 and 3 wrote it: its spec a job-file mapping, the
-    spec's name, QoS class, user, priority and windows beside it."""
-    every = TypeAdapter(JobInfo).dump_python(info, mode="json")  # defaults too
-    return dict(every, spec=job_to_dict(info.spec), name=info.name,
-                qos=info.qos.value, user=info.user, priority=info.priority,
-                overall_deviation=info.overall_deviation, asynchrony=info.asynchrony)
 
 
 def state_of(gm: GlobalService) -> dict[str, Any]:
@@ -197,69 +182,37 @@ def test_a_journal_without_retention_keeps_the_archive_in_memory(tmp_path: Path)
     assert [j["job_id"] for j in gm.describe(archived=True)["jobs"]] == [a["job_id"]]
 
 
-def test_a_whole_file_journal_of_the_version_before_is_read_and_kept_aside(
-    tmp_path: Path,
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_journal_of_an_old_version_is_moved_aside_with_one_line(
+    tmp_path: Path, version: int, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A global manager restarted on newer code finds its deployment's JSON journal."""
-    w = World(tmp_path)
-    live = GlobalService(NODES, w.config, w.clock, Recorder(), None)
-    live.submit([BIG, BIG, JOBS[1]], token="t")
-    live.cancel_many([next(iter(live.jobs))])
-    live.place_pending()
-    w.gm.close()
-    w.path.unlink()
-    core = live.core.snapshot()  # as version 2 wrote it: specs as job-file mappings
-    for rec in (*core["jobs"], *core["pending"]):
-        rec["spec"] = job_to_dict(from_record(JobSpec, rec["spec"]))
-    w.path.write_text(json.dumps({
-        "version": 2, "core": core,
-        "jobs": [file_record(i) for i in live.jobs.values()],
-        "tokens": live.tokens, "lost": live.lost, "counters": live.counters,
-    }), encoding="utf-8")
-    again = w.reopen()
-    assert again.recovered and again.journal_error is None
-    before = state_of(live)
-    assert state_of(again) == before
-    (kept,) = tmp_path.glob("gm.sqlite.v2-*")
-    assert json.loads(kept.read_text())["version"] == 2
-    again.close()
-    assert state_of(w.reopen()) == before  # now from the new journal
-
-
-def test_a_version_3_journal_written_by_the_code_before_is_read_and_rewritten(
-    tmp_path: Path,
-) -> None:
-    """``data/journal_v3.json``: the tables of a journal written by main e0b45c3 (specs as
-    job-file mappings, work in seconds) from this module's World: a completed job and a
-    cancelled one archived, a running job, a requeued one pending (its subtask failed
-    with exit code 3), a big job running and one rejected."""
-    tables = json.loads((Path(__file__).parent / "data" / "journal_v3.json").read_text())
-    journal = Journal(tmp_path / "gm.sqlite", JOURNAL_TABLES)
-    for table, rows in tables.items():
-        for key, value in rows.items():
-            journal.put(table, key, value)
-    journal.commit()
-    journal.close()
-    w = World(tmp_path)
+    """There is no migration: a journal of another version (``data/journal_v3.json``,
+    the tables of a version 3 journal; a whole-file JSON journal of version 2) is moved
+    aside as one that cannot be read, with one log line naming its version, and the
+    manager starts empty over a new journal."""
+    path = tmp_path / "gm.sqlite"
+    if version == 3:
+        tables = json.loads((Path(__file__).parent / "data" / "journal_v3.json").read_text())
+        journal = Journal(path, JOURNAL_TABLES)
+        for table, rows in tables.items():
+            for key, value in rows.items():
+                journal.put(table, key, value)
+        journal.commit()
+        journal.close()
+    else:
+        path.write_text(json.dumps({"version": 2, "core": {}, "jobs": []}), encoding="utf-8")
+    old = path.read_bytes()
+    with caplog.at_level(logging.ERROR, logger="coalloc.runtime"):
+        w = World(tmp_path)
     gm = w.gm
-    assert gm.recovered and gm.journal_error is None
-    assert {j: i.state.value for j, i in gm.jobs.items()} == {
-        j: r["state"] for j, r in tables["jobs"].items()}
-    for job_id, old in tables["jobs"].items():
-        info = gm.jobs[job_id]
-        assert file_record(info) == old  # nothing lost
-        assert info.spec.job_id == job_id and info.spec.name == old["name"]
-        assert [s.work for s in info.spec.subtasks] == [
-            1000.0 * s["work"] for s in old["spec"]["subtasks"]]
-    requeued = next(i for i in gm.jobs.values() if i.history)
-    assert requeued.state.value == "pending" and "exit 3" in requeued.history[0]
-    assert [s.work for s in gm.core.pending[requeued.job_id].spec.subtasks] == [
-        s["work"] * 1000.0 for s in tables["pending"][requeued.job_id]["spec"]["subtasks"]]
-    assert [d["job_id"] for d in gm.describe(archived=True)["jobs"]][-2:] == list(
-        tables["archive"])
-    before = state_of(gm)
+    assert not gm.recovered and not gm.jobs and gm.journal_error
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert line == gm.journal_error and "moved to" in line
+    assert (f"a version {version} journal" in line) == (version == 3)
+    (aside,) = tmp_path.glob("gm.sqlite.corrupt-*")
+    assert aside.read_bytes() == old
+    if version == 3:
+        assert read_journal(aside)["meta"]["version"] == 3
+    (a,) = gm.submit([JOBS[1]])  # the new journal is written and read back
     gm.close()
-    rewritten = read_journal(w.path)
-    assert rewritten["meta"]["version"] == JOURNAL_VERSION
-    assert all("name" not in r for r in rewritten["jobs"].values())  # the new records
-    assert state_of(w.reopen()) == before
+    assert a["job_id"] in w.reopen().jobs

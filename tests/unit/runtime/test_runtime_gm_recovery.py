@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from runtime.config import RuntimeConfig, runtime_core
-from runtime.global_service import GlobalService, read_journal
+from runtime.global_service import GlobalService
+from runtime.job_journal import read_journal
 from tests.unit.runtime.test_runtime_wiring import JOBS, NODES, Loopback, _periods
 from workloads.messages import SubtaskOutcome, SubtaskPhase, SubtaskReport
 

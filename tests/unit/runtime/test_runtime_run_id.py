@@ -1,4 +1,4 @@
-"""A job's run id (:class:`runtime.global_service.RunId`): the job id for its first run,
+"""A job's run id (:class:`runtime.jobs.RunId`): the job id for its first run,
 ``<job id>.<n>`` for the n-th; read back from its text, also for job ids with dots."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.global_service import JobInfo, RunId
+from runtime.jobs import JobInfo, RunId
 from workloads.model import JobPhase, JobSpec, QosClass, SubtaskSpec
 
 JOB_IDS = st.text(st.sampled_from("jx0123456789.-"), min_size=1, max_size=10)

@@ -19,7 +19,7 @@ from typing import Any
 
 from runtime.actors import LIVE_FIELDS, assemble_status
 from runtime.config import RuntimeConfig, runtime_core
-from runtime.global_service import REPORT_FRESH_S, HeardReport
+from runtime.node_health import REPORT_FRESH_S, HeardReport
 from tests.unit.runtime.test_runtime_wiring import NODES, Loopback, strict
 from workloads.messages import NodeReport, SubtaskPhase, SubtaskReport
 
