@@ -31,6 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from global_manager.fit import fits, room_limit
 from global_manager.flow_placement import PendingReason, ReasonKind
 
 __all__ = [
@@ -40,9 +41,6 @@ __all__ = [
     "committed_at",
     "reserved_reason",
 ]
-
-EPS = 1e-9
-
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
@@ -68,13 +66,13 @@ def availability_time(
     budget less any reserved rate) once the subtasks ``ends`` (sorted ``(end, rate)``
     pairs, their rates summing to ``committed``) expected to end by then have ended;
     ``inf`` if never."""
-    if rate > room + EPS:
+    if rate > room_limit(room):
         return math.inf
-    if committed + rate <= room + EPS:
+    if fits(committed + rate, room):
         return now
     for end, r in ends:
         committed -= r
-        if committed + rate <= room + EPS:
+        if fits(committed + rate, room):
             return max(end, now)
     return math.inf
 

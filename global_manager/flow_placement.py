@@ -78,6 +78,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from fairness.drf import drf
+from global_manager.fit import fits, max_matching
 from global_manager.flow import FlowGraph
 
 __all__ = [
@@ -98,7 +99,6 @@ PACE_CAP = 5.0  # |ln pace| beyond this costs the same
 BASE_UNSCHEDULED = 1000  # above any placement preference (at most 500)
 WAIT_CAP = 10**6  # seconds of waiting that still raise the cost (about 11.6 days)
 PRIORITY_STEP = WAIT_CAP + BASE_UNSCHEDULED + 1
-FIT_SLACK = 1e-9  # relative slack in "fits the budget" (float sums of rates)
 
 
 # --------------------------------------------------------------------------- records
@@ -228,10 +228,6 @@ def fair_shares(
 
 
 # --------------------------------------------------------------------------- helpers
-def _fits(rate: float, room: float) -> bool:
-    return rate <= room + FIT_SLACK * max(1.0, abs(room))
-
-
 def _preference_cost(rate: float, node: NodeState, committed: float, qos_share: float) -> int:
     """``P(c, n)``: the mean of the pace preference (``100 * min(|ln rho|, 5)``) and a load
     term (``500 *`` the fraction of the node's QoS share committed with the subtask), both
@@ -250,33 +246,11 @@ def _count_fitting(rates: Sequence[float], room: float) -> int:
     """How many of ``rates`` fit in ``room``, smallest first."""
     n, total = 0, 0.0
     for r in sorted(rates):
-        if not _fits(total + r, room):
+        if not fits(total + r, room):
             break
         total += r
         n += 1
     return n
-
-
-def _max_matching(eligible: Sequence[Sequence[int]]) -> int:
-    """Most subtasks placed on distinct nodes, ``eligible[i]`` the nodes subtask ``i``
-    may use (a bipartite matching, solved as a flow)."""
-    n = len(eligible)
-    if all(len(e) >= n for e in eligible):
-        return n  # Hall: each subtask still has a node when the others have taken theirs
-    g = FlowGraph()
-    sink = g.add_node(0)
-    subs = [g.add_node(1) for _ in eligible]
-    nodes: dict[int, int] = {}
-    for s, elig in zip(subs, eligible):
-        g.add_arc(s, sink, 1, 1)  # unmatched
-        for n in elig:
-            if n not in nodes:
-                nodes[n] = g.add_node(0)
-                g.add_arc(nodes[n], sink, 1, 0)
-            g.add_arc(s, nodes[n], 1, 0)
-    g.set_supply(sink, -len(eligible))
-    sol = g.solve()
-    return len(eligible) - (sol.cost if sol.optimal else len(eligible))
 
 
 @dataclass(slots=True, eq=False)  # compared by identity
@@ -314,7 +288,7 @@ class _Cycle:
         hit = self._eligible.get(key)
         if hit is None:
             hit = [k for k, n in enumerate(self.req.nodes) if labels <= n.labels
-                   and _fits(rate, self.free[k] if holder else self.room(k))]
+                   and fits(rate, self.free[k] if holder else self.room(k))]
             self._eligible[key] = hit
         return hit
 
@@ -503,17 +477,17 @@ def _never_placeable(job: _Job, nodes: Sequence[NodeState]) -> tuple[PendingReas
             eligible.append([])
             continue
         budgets = [nodes[k].free + nodes[k].committed for k in labelled]
-        if not _fits(s.rate, max(budgets)):
+        if not fits(s.rate, max(budgets)):
             short = s.rate - max(budgets)
             out.append(PendingReason(
                 ReasonKind.BUDGET,
                 f"subtask {i}: needs {s.rate:.6g} Mcycles/s but no node's whole budget is "
                 f"that large (largest {max(budgets):.6g}, {short:.6g} short)", i, short,
             ))
-        eligible.append([k for k, b in zip(labelled, budgets) if _fits(s.rate, b)])
+        eligible.append([k for k, b in zip(labelled, budgets) if fits(s.rate, b)])
     if not out:
         n = len(job.spec.subtasks)
-        m = _max_matching(eligible)
+        m = max_matching(eligible)
         if m < n:
             out.append(PendingReason(
                 ReasonKind.NODES,
@@ -524,7 +498,7 @@ def _never_placeable(job: _Job, nodes: Sequence[NodeState]) -> tuple[PendingReas
 
 
 def _user_allows(job: _Job, cyc: _Cycle) -> bool:
-    return _fits(job.rate, cyc.user_room(job.spec.user))
+    return fits(job.rate, cyc.user_room(job.spec.user))
 
 
 def _fits_now(
@@ -542,7 +516,7 @@ def _fits_now(
             labelled = [k for k, n in enumerate(nodes) if s.labels <= n.labels]
             rooms = [cyc.free[k] if holder else cyc.room(k) for k in labelled]
             best = max(rooms) if rooms else 0.0
-            if not holder and any(_fits(s.rate, cyc.free[k]) for k in labelled):
+            if not holder and any(fits(s.rate, cyc.free[k]) for k in labelled):
                 blocked_by_reservation = True
             out.append(PendingReason(
                 ReasonKind.BUDGET,
@@ -553,7 +527,7 @@ def _fits_now(
         eligible.append(ok)
     if not out:
         n = len(job.spec.subtasks)
-        m = _max_matching(eligible)
+        m = max_matching(eligible)
         if m < n:
             out.append(PendingReason(
                 ReasonKind.NODES,
@@ -581,7 +555,7 @@ def _commit(job: _Job, got: Mapping[int, int], cyc: _Cycle) -> bool:
     if not _user_allows(job, cyc):
         return False
     for i, n in got.items():
-        if not _fits(job.spec.subtasks[i].rate, cyc.room(n)):
+        if not fits(job.spec.subtasks[i].rate, cyc.room(n)):
             return False
     for i, n in got.items():
         r = job.spec.subtasks[i].rate

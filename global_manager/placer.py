@@ -34,13 +34,7 @@ from global_manager.backfill import (
     committed_at,
     reserved_reason,
 )
-from global_manager.fit import (
-    FIT_EPS,
-    first_fit,
-    fit_limits,
-    gang_misfit,
-    slack_limits,
-)
+from global_manager.fit import first_fit, fit_limits, fits, gang_misfit, room_limit
 from global_manager.flow_placement import (
     FlowPlacementReply,
     FlowPlacementRequest,
@@ -442,7 +436,7 @@ class GreedyPlacement:
         works, weights, rates = split_on(split, basis)
         if checked:
             for i, (nl, x) in enumerate(zip(ranked, rates)):
-                if x > nl.free + FIT_EPS:
+                if x > room_limit(nl.free):
                     return f"no free node can take subtask {i} (expected rate {x:.6g} Mcycles/s)"
         return Placement(tuple(nl.name for nl in ranked), tuple(works), tuple(weights),
                          tuple(rates))
@@ -546,7 +540,7 @@ def never_placeable(
         # flow's fit rule) has a whole placement on the empty grid, which the solve below
         # finds: no reason (fit.gang_misfit's argument; a test compares the two).
         budgets = sorted((n.budget - 0.0 for n in nodes), reverse=True)
-        if gang_misfit(job.rates, slack_limits(budgets)) < 0:
+        if gang_misfit(job.rates, fit_limits(budgets)) < 0:
             return ()
     empty = tuple(NodeState(n.name, n.speed, n.budget - 0.0, n.labels, 0.0) for n in nodes)
     reply = flow_place_pending(FlowPlacementRequest(
@@ -732,7 +726,7 @@ def _shadow(grid: _Grid, head: QueuedJob, held: tuple[str, ...]) -> float | None
         budget = grid.nodes[n].budget
         t_n = -math.inf
         for end, r in sorted(ends[n]):
-            if committed <= budget - rate + 1e-9:
+            if fits(committed, budget - rate):  # the held subtask fits beside them
                 break
             committed -= r
             t_n = end
@@ -978,8 +972,8 @@ def _hopeless(rates: Sequence[float], frees: Sequence[float]) -> bool:
     ``frees`` (sorted, largest first): its largest subtask on the most free node, and
     as many nodes as subtasks with room for its smallest."""
     n = len(rates)
-    return (not frees or max(rates) > frees[0] + FIT_EPS or len(frees) < n
-            or min(rates) > frees[n - 1] + FIT_EPS)
+    return (not frees or max(rates) > room_limit(frees[0]) or len(frees) < n
+            or min(rates) > room_limit(frees[n - 1]))
 
 
 def fair_order(jobs: Sequence[QueuedJob], held: Mapping[str, float]) -> Iterator[QueuedJob]:

@@ -38,8 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from global_manager.fit import slack_limits
-from global_manager.flow_placement import FIT_SLACK, PendingSubtask, _fits, _max_matching
+from global_manager.fit import fit_limits, fits, max_matching, room_limit
+from global_manager.flow_placement import PendingSubtask
 from workloads.native import picklable_frozen_records
 
 __all__ = [
@@ -192,13 +192,13 @@ class _Walk:
             return None
         chosen = [-1] * len(subs)
         for i, k in zip(order, ranked):
-            if not _fits(subs[i].rate, self.free[k]):
+            if not fits(subs[i].rate, self.free[k]):
                 return None
             chosen[i] = k
         if not labelled:
             return tuple(chosen)
         eligible = [
-            [k for k in ranked if s.labels <= self.nodes[k].labels and _fits(s.rate, self.free[k])]
+            [k for k in ranked if s.labels <= self.nodes[k].labels and fits(s.rate, self.free[k])]
             for s in subs
         ]
         if any(not e for e in eligible):
@@ -215,7 +215,7 @@ class _Walk:
             taken.add(k)
         else:
             return tuple(chosen)
-        if _max_matching(eligible) < len(subs):
+        if max_matching(eligible) < len(subs):
             return None
         # The greedy choice failed where a matching exists: subtask by subtask, each on
         # the eligible node with the most room that still leaves the others a matching.
@@ -226,7 +226,7 @@ class _Walk:
                 if k in taken:
                     continue
                 left = [[m for m in eligible[r] if m not in taken and m != k] for r in rest]
-                if _max_matching(left) == len(rest):
+                if max_matching(left) == len(rest):
                     chosen[i] = k
                     taken.add(k)
                     break
@@ -243,9 +243,8 @@ class _Walk:
 
 
 def _room_limit(free: list[float]) -> float:
-    """The largest rate that fits some node's ``free`` budget (the fit rule's slack)."""
-    top = max(free, default=-math.inf)
-    return top + FIT_SLACK * max(1.0, abs(top)) if math.isfinite(top) else top
+    """The largest rate that fits some node's ``free`` budget."""
+    return room_limit(max(free, default=-math.inf))
 
 
 class _Screen:
@@ -284,7 +283,7 @@ class _Screen:
         """The ``width`` largest rooms of the allowed nodes, largest first, each with the
         fit rule's slack: the largest rate the k-th largest room takes (Mcycles/s)."""
         room = sorted((f for f, a in zip(free, allowed) if a), reverse=True)
-        return slack_limits(room[:self.width])
+        return fit_limits(room[:self.width])
 
     def fits(self, p: int, limit: list[float]) -> bool:
         """Whether job ``p``'s gang fits room with these :meth:`limits` (meaningful for

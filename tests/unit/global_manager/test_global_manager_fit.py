@@ -9,7 +9,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from global_manager.fit import FIT_EPS, first_fit, fit_limits, gang_misfit
+from global_manager.fit import FIT_SLACK, first_fit, fit_limits, fits, gang_misfit, room_limit
 from global_manager.flow_placement import (
     FlowPlacementRequest,
     NodeState,
@@ -19,8 +19,8 @@ from global_manager.flow_placement import place_pending as flow_place_pending
 from global_manager.placer import GridNode, NodeLoad, QueuedJob, never_placeable
 
 # Rates and budgets from a small set, so that ties and exact fits (room == rate, and
-# rate == room + FIT_EPS) come up often.
-_AMOUNT = st.sampled_from([0.0, 10.0, 20.0, 25.0, 40.0, 50.0, 50.0 + FIT_EPS, 100.0])
+# rate == the room's limit) come up often.
+_AMOUNT = st.sampled_from([0.0, 10.0, 20.0, 25.0, 40.0, 50.0, room_limit(50.0), 100.0])
 
 
 @st.composite
@@ -51,7 +51,7 @@ def test_a_misfit_is_found_under_every_ranking_at_the_subtask_first_fit_stops_at
             assert miss == -1
             assert len(set(got)) == len(rates)  # distinct nodes, each with room
             room = {nl.name: nl.budget - nl.committed for nl in nodes}
-            assert all(r <= room[name] + FIT_EPS for r, name in zip(rates, got))
+            assert all(fits(r, room[name]) for r, name in zip(rates, got))
 
 
 def test_first_fit_places_the_largest_rate_first_on_the_first_ranked_node_with_room() -> None:
@@ -98,3 +98,41 @@ def test_a_gang_that_fits_the_empty_grid_by_the_matching_test_has_no_reason(
     qj = QueuedJob("j", "u", tuple(r * 10 for r in rates), tuple(rates), tuple(rates),
                    tuple(frozenset() for _ in rates))
     assert never_placeable(qj, nodes, share) == _solved(qj, nodes, share)
+
+
+# ----------------------------------------------------------------------- the fit rule
+_FINITE = st.floats(-1e7, 1e7, allow_nan=False)
+
+
+@settings(max_examples=500, deadline=None)
+@given(rate=_FINITE, room=_FINITE)
+def test_the_fit_rule_is_the_absolute_slack_up_to_a_room_of_one_and_relative_above(
+    rate: float, room: float,
+) -> None:
+    """One rule: below a room of 1 Mcycle/s the slack is ``FIT_SLACK`` itself (the same
+    floating-point sum as an absolute slack); above it, ``FIT_SLACK`` times the room.
+    Only a rate within that slack of the room fits without being at most the room."""
+    assert fits(rate, room) == (rate <= room_limit(room))
+    if abs(room) <= 1.0:
+        assert fits(rate, room) == (rate <= room + FIT_SLACK)
+    else:
+        assert fits(rate, room) == (rate <= room + FIT_SLACK * abs(room))
+    if rate <= room:
+        assert fits(rate, room)
+    if rate > room + 2 * FIT_SLACK * max(1.0, abs(room)):
+        assert not fits(rate, room)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rate=_FINITE, room=_FINITE, more=st.floats(0.0, 1e7, allow_nan=False))
+def test_a_rate_that_fits_a_room_fits_any_larger_room(
+    rate: float, room: float, more: float,
+) -> None:
+    if fits(rate, room):
+        assert fits(rate, room + more)
+
+
+def test_an_infinite_room_takes_every_rate_and_a_minus_infinite_one_none() -> None:
+    assert fits(1e300, math.inf) and room_limit(math.inf) == math.inf
+    assert not fits(-1e300, -math.inf) and room_limit(-math.inf) == -math.inf
+    assert fit_limits([1.0, -math.inf, 2.0]) == [room_limit(2.0), room_limit(1.0), -math.inf]

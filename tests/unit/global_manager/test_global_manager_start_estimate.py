@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from global_manager.core import RESERVE_AFTER, GlobalConfig, GlobalManagerCore
-from global_manager.flow_placement import PendingSubtask, _fits, _max_matching
+from global_manager.fit import fits, max_matching
+from global_manager.flow_placement import PendingSubtask
 from global_manager.placer import hold_shadow
 from global_manager.policies import get_policy
 from global_manager.start_estimate import (
@@ -99,7 +100,7 @@ def test_labels_are_respected_and_a_job_no_node_can_take_has_no_estimate() -> No
     assert reply.nodes["x"] == ("a",)
 
 
-def test_a_labelled_gang_takes_the_one_matching_that_fits() -> None:
+def test_a_labelled_gang_takes_the_one_matching_thatfits() -> None:
     # Only a has gpu; subtask 0 (gpu, 30) must go on a, subtask 1 (60) then on b, whose
     # 60 free is less than a's 100: largest-rate-first alone would put subtask 1 on a.
     req = StartEstimateRequest(
@@ -224,8 +225,8 @@ def requests(draw: st.DrawFn) -> StartEstimateRequest:
 
 def _fits_whole(req: StartEstimateRequest, j: QueuedJob, free: dict[str, float]) -> bool:
     eligible = [[k for k, n in enumerate(req.nodes)
-                 if s.labels <= n.labels and _fits(s.rate, free[n.name])] for s in j.subtasks]
-    return all(eligible) and _max_matching(eligible) == len(j.subtasks)
+                 if s.labels <= n.labels and fits(s.rate, free[n.name])] for s in j.subtasks]
+    return all(eligible) and max_matching(eligible) == len(j.subtasks)
 
 
 @settings(max_examples=200, deadline=None)
@@ -292,7 +293,7 @@ def test_the_estimated_schedule_never_overbooks_a_node(req: StartEstimateRequest
         for n in budget:
             load = sum(r for end, begin, node, r in intervals
                        if node == n and begin <= t < end)
-            assert _fits(load, budget[n])
+            assert fits(load, budget[n])
 
 
 # ------------------------------------------------------------------------- the core
