@@ -71,7 +71,6 @@ request overrides it (e.g. DMFA-SRQ levels kept by the caller).
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,15 +79,12 @@ from types import MappingProxyType
 from fairness.drf import drf
 from global_manager.fit import fits, max_matching
 from global_manager.flow import FlowGraph
+from global_manager.pending_job import PendingJob, PendingReason, ReasonKind
 
 __all__ = [
     "FlowPlacementReply",
     "FlowPlacementRequest",
     "NodeState",
-    "PendingJob",
-    "PendingReason",
-    "PendingSubtask",
-    "ReasonKind",
     "UserShare",
     "fair_shares",
     "place_pending",
@@ -102,27 +98,6 @@ PRIORITY_STEP = WAIT_CAP + BASE_UNSCHEDULED + 1
 
 
 # --------------------------------------------------------------------------- records
-@dataclass(frozen=True, slots=True)
-class PendingSubtask:
-    """``rate``: expected rate ``x_i`` (Mcycles/s, > 0); ``labels``: labels the node
-    must carry (all of them)."""
-
-    rate: float
-    labels: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class PendingJob:
-    """A job waiting to be placed whole. ``arrival``: when it was submitted (s, model
-    time); ``priority``: higher first."""
-
-    job_id: str
-    user: str
-    subtasks: tuple[PendingSubtask, ...]
-    priority: int = 0
-    arrival: float = 0.0
-
-
 @dataclass(frozen=True, slots=True)
 class NodeState:
     """A node as the cycle sees it. ``free``: admission budget left (Mcycles/s);
@@ -159,27 +134,6 @@ class FlowPlacementRequest:
     qos_share: float = 0.5
     max_rounds: int = 8
     reserve_after: float | None = 600.0
-
-
-class ReasonKind(str, enum.Enum):
-    LABELS = "labels"  # a label constraint no node meets
-    BUDGET = "budget"  # no node with enough free budget for a subtask
-    NODES = "nodes"  # fewer eligible nodes than subtasks
-    FAIR_SHARE = "fair_share"  # the user is over its fair share
-    RESERVED = "reserved"  # it would fit but for nodes held for another job
-    GANG = "gang"  # every part fits alone but not all together this cycle
-    ROUNDS = "rounds"  # not reached within max_rounds solves
-
-
-@dataclass(frozen=True, slots=True)
-class PendingReason:
-    """Why a job is still pending. ``subtask``: the subtask concerned (``None``: the
-    job); ``short``: how much rate is missing (Mcycles/s) where that applies."""
-
-    kind: ReasonKind
-    message: str
-    subtask: int | None = None
-    short: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +208,10 @@ def _count_fitting(rates: Sequence[float], room: float) -> int:
 
 
 @dataclass(slots=True, eq=False)  # compared by identity
-class _Job:
+class _FlowJob:
+    """The solver's working state of one pending job: its index in the request, its
+    unscheduled cost ``U_j``, its wait (s) and its classes."""
+
     spec: PendingJob
     index: int
     cost: int  # U_j
@@ -342,7 +299,7 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
     _validate(req)
     nodes = req.nodes
     prio_rank = {p: r for r, p in enumerate(sorted({j.priority for j in req.jobs}))}
-    jobs: list[_Job] = []
+    jobs: list[_FlowJob] = []
     for idx, spec in enumerate(req.jobs):
         wait = max(0.0, req.now - spec.arrival)
         cost = (BASE_UNSCHEDULED + PRIORITY_STEP * prio_rank[spec.priority]
@@ -351,7 +308,7 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
         for i, s in enumerate(spec.subtasks):
             groups.setdefault((s.rate, s.labels), []).append(i)
         classes = [(r, lab, subs) for (r, lab), subs in groups.items()]
-        jobs.append(_Job(spec, idx, cost, wait, classes))
+        jobs.append(_FlowJob(spec, idx, cost, wait, classes))
 
     # Users: listed ones, then any other user of a pending job (weight 1, holding nothing).
     users = list(req.users)
@@ -366,7 +323,7 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
 
     # Jobs that could never be placed (even on an empty grid) stay out, with reasons,
     # and do not count in their users' demand.
-    active: list[_Job] = []
+    active: list[_FlowJob] = []
     for job in jobs:
         why = _never_placeable(job, nodes)
         if why:
@@ -395,7 +352,7 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
         fitting = [j for j in active if _fits_now(j, cyc) is None]
         entrants = list(fitting)
         fit_ids = {id(j) for j in fitting}
-        head: _Job | None = None
+        head: _FlowJob | None = None
         if reserved_for is None and req.reserve_after is not None:
             waiting = [j for j in active if id(j) not in fit_ids and j.wait >= req.reserve_after
                        and _user_allows(j, cyc)]
@@ -463,7 +420,7 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
     )
 
 
-def _never_placeable(job: _Job, nodes: Sequence[NodeState]) -> tuple[PendingReason, ...]:
+def _never_placeable(job: _FlowJob, nodes: Sequence[NodeState]) -> tuple[PendingReason, ...]:
     """Reasons the job cannot be placed even with every node empty ("" if it can)."""
     out: list[PendingReason] = []
     eligible: list[list[int]] = []
@@ -497,12 +454,12 @@ def _never_placeable(job: _Job, nodes: Sequence[NodeState]) -> tuple[PendingReas
     return tuple(out)
 
 
-def _user_allows(job: _Job, cyc: _Cycle) -> bool:
+def _user_allows(job: _FlowJob, cyc: _Cycle) -> bool:
     return fits(job.rate, cyc.user_room(job.spec.user))
 
 
 def _fits_now(
-    job: _Job, cyc: _Cycle, holder: bool = False
+    job: _FlowJob, cyc: _Cycle, holder: bool = False
 ) -> tuple[PendingReason, ...] | None:
     """Reasons the job cannot be placed on the current free budgets (None if it can);
     ``holder``: the job the reservation is for (what is held counts as free for it)."""
@@ -550,7 +507,7 @@ def _fits_now(
     return tuple(out) if out else None
 
 
-def _commit(job: _Job, got: Mapping[int, int], cyc: _Cycle) -> bool:
+def _commit(job: _FlowJob, got: Mapping[int, int], cyc: _Cycle) -> bool:
     """Place the job if its rates fit the exact budgets and its user's share."""
     if not _user_allows(job, cyc):
         return False
@@ -567,7 +524,7 @@ def _commit(job: _Job, got: Mapping[int, int], cyc: _Cycle) -> bool:
     return True
 
 
-def _solve_round(entrants: Sequence[_Job], cyc: _Cycle) -> dict[int, dict[int, int]]:
+def _solve_round(entrants: Sequence[_FlowJob], cyc: _Cycle) -> dict[int, dict[int, int]]:
     """Solve one round's network; per job (by index), subtask -> node index."""
     req = cyc.req
     nodes = req.nodes

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from global_manager.flow_placement import PendingReason
-from global_manager.placer import NodeHold
+from global_manager.cycle import NodeHold
+from global_manager.pending_job import PendingReason
 from workloads.model import JobSpec
 
 

@@ -44,7 +44,7 @@ from typing import Any, ClassVar, Protocol
 
 from global_manager.core import GlobalManagerCore, QueueMode
 from global_manager.engine import start_run
-from global_manager.flow_placement import PendingReason
+from global_manager.pending_job import PendingReason
 from runtime.config import RuntimeConfig
 from runtime.journal import Journal, Sync, journal_files
 from runtime.metrics import NullGlobalMetrics, QueueGauges

@@ -1,5 +1,6 @@
-"""The greedy fit kernel (global_manager.fit): first_fit's answers, and gang_misfit's
-claim that whether (and where) a gang fails does not depend on the node ranking."""
+"""The fit rule (global_manager.fit): a rate fits a room; first_fit's answers, and
+gang_misfit's claim that whether (and where) a gang fails does not depend on the node
+ranking."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from global_manager.fit import FIT_SLACK, first_fit, fit_limits, fits, gang_misfit, room_limit
+from global_manager.cycle import GridNode, NodeLoad
 from global_manager.flow_placement import (
     FlowPlacementRequest,
     NodeState,
     UserShare,
 )
 from global_manager.flow_placement import place_pending as flow_place_pending
-from global_manager.placer import GridNode, NodeLoad, QueuedJob, never_placeable
+from global_manager.flow_policy import never_placeable
+from global_manager.pending_job import PendingJob
 
 # Rates and budgets from a small set, so that ties and exact fits (room == rate, and
 # rate == the room's limit) come up often.
@@ -72,12 +75,12 @@ def test_first_fit_places_the_largest_rate_first_on_the_first_ranked_node_with_r
     assert gang_misfit((30.0, 50.0), fit_limits([40.0, 100.0, 30.0])) == -1
 
 
-def _solved(job: QueuedJob, nodes: tuple[GridNode, ...], share: float) -> tuple[object, ...]:
+def _solved(job: PendingJob, nodes: tuple[GridNode, ...], share: float) -> tuple[object, ...]:
     """never_placeable's answer for a strict job by the flow solve alone (what it computed
     for every job before the matching test was put in front of it)."""
     empty = tuple(NodeState(n.name, n.speed, n.budget - 0.0, n.labels, 0.0) for n in nodes)
     reply = flow_place_pending(FlowPlacementRequest(
-        0.0, (job.pending_job(),), empty, (UserShare(job.user, bound=math.inf),),
+        0.0, (job,), empty, (UserShare(job.user, bound=math.inf),),
         qos_share=share, reserve_after=None,
     ))
     return reply.pending.get(job.job_id, ())
@@ -95,7 +98,7 @@ def test_a_gang_that_fits_the_empty_grid_by_the_matching_test_has_no_reason(
     budgets without a flow solve: the solve agrees (no reason) whenever it does so, and
     a gang that fails the test still gets the solve's reasons."""
     nodes = tuple(GridNode(f"n{k}", 100.0, b, 0.0, 0.0) for k, b in enumerate(budgets))
-    qj = QueuedJob("j", "u", tuple(r * 10 for r in rates), tuple(rates), tuple(rates),
+    qj = PendingJob("j", "u", tuple(r * 10 for r in rates), tuple(rates), tuple(rates),
                    tuple(frozenset() for _ in rates))
     assert never_placeable(qj, nodes, share) == _solved(qj, nodes, share)
 
