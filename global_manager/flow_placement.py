@@ -167,7 +167,7 @@ def fair_shares(
         return out
     if capacity <= _NO_CAPACITY:
         # Nothing to share; a subnormal capacity would also overflow DRF's shares
-        # (d / (C w) with C w rounded to 0; found by the placement property).
+        # (d / (C w) with C w rounded to 0).
         return out | {u.user: 0.0 for u in free}
     demand = [max(0.0, u.held) + pending.get(u.user, 0.0) for u in free]
     r = drf(

@@ -10,8 +10,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from global_manager.fit import FIT_SLACK, first_fit, fit_limits, fits, gang_misfit, room_limit
 from global_manager.cycle import GridNode, NodeLoad
+from global_manager.fit import FIT_SLACK, first_fit, fit_limits, fits, gang_misfit, room_limit
 from global_manager.flow_placement import (
     FlowPlacementRequest,
     NodeState,
@@ -76,8 +76,8 @@ def test_first_fit_places_the_largest_rate_first_on_the_first_ranked_node_with_r
 
 
 def _solved(job: PendingJob, nodes: tuple[GridNode, ...], share: float) -> tuple[object, ...]:
-    """never_placeable's answer for a strict job by the flow solve alone (what it computed
-    for every job before the matching test was put in front of it)."""
+    """never_placeable's answer for a strict job by the flow solve alone, without the
+    matching test it puts in front of the solve."""
     empty = tuple(NodeState(n.name, n.speed, n.budget - 0.0, n.labels, 0.0) for n in nodes)
     reply = flow_place_pending(FlowPlacementRequest(
         0.0, (job,), empty, (UserShare(job.user, bound=math.inf),),

@@ -303,8 +303,8 @@ def test_placement_properties(q: FlowPlacementRequest) -> None:
 
 
 def test_a_subnormal_capacity_is_no_capacity() -> None:
-    # Found by test_placement_properties: a node whose committed rate is the smallest
-    # subnormal made the grid's capacity 5e-324, and DRF's per-task share overflowed.
+    # A node whose committed rate is the smallest subnormal makes the grid's capacity
+    # 5e-324, on which DRF's per-task share overflows.
     from global_manager.flow_placement import (
         FlowPlacementRequest,
         NodeState,

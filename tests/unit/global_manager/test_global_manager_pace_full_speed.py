@@ -1,4 +1,4 @@
-"""Pace at the gang's true speed (issue 14, section 2), through the pure scheduling core
+"""Pace at the gang's true speed, through the pure scheduling core
 (local schedulers, controller and global manager under the simulator's manual clock):
 a strict gang under ``sq`` on work-conserving nodes finishes within one cycle of the time
 its slowest member takes uncoordinated (``strict``), whatever local and best-effort load
@@ -69,8 +69,8 @@ def test_a_gang_in_step_finishes_within_one_cycle_of_strict(
 
 
 def test_an_idle_grid_loses_no_cycle_to_the_first_period() -> None:
-    # 3 nodes of 300/450/600 MHz, weights 1/2/1 (issue 14): strict takes 90 s; sq used to
-    # spend its first period capped at the expected rate (120 s).
+    # 3 nodes of 300/450/600 MHz, weights 1/2/1: strict takes 90 s; sq capped at the
+    # expected rate for its first period would take 120 s.
     nodes = (Node("n0", 300.0), Node("n1", 450.0), Node("n2", 600.0))
     workload = Workload(nodes, (_gang((1, 2, 1), 1800.0),))
     sq, strict = _gang_result(_run("sq", workload)), _gang_result(_run("strict", workload))
