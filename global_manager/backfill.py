@@ -66,6 +66,7 @@ __all__ = [
     "fair_order",
 ]
 
+
 @dataclass(frozen=True, slots=True)
 class Reservation:
     """Rate held for ``job_id`` from ``start`` (s) on, per node (Mcycles/s)."""
