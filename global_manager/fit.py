@@ -53,7 +53,7 @@ def fits(rate: float, room: float) -> bool:
 
 
 class RankedNode(Protocol):
-    """What the fit reads of a node (:class:`~global_manager.grid.NodeLoad`): its name,
+    """What the fit reads of a node (:class:`~global_manager.cycle.NodeLoad`): its name,
     its strict ``budget`` and the rate ``committed`` against it (Mcycles/s), its labels."""
 
     @property
