@@ -21,9 +21,10 @@ One queue cycle (:meth:`FlowPlacement._cycle`):
    waited at least :data:`~global_manager.cycle.RESERVE_AFTER` s and cannot fit now), it
    gets the nodes that drain first (least committed, then by name) that could take it.
 
-Submissions outside the queue are solved alone, without fair shares. Jobs that are not
-strict, jobs split by parallelism and grids with an unbounded budget (no admission
-control) are placed as ``least_loaded`` places them (:mod:`global_manager.greedy`).
+Submissions outside the queue are solved alone, without fair shares. A job given by
+parallelism is solved split evenly (the flow needs its rates before it picks nodes).
+Jobs that are not strict and grids with an unbounded budget (no admission control) are
+placed as ``least_loaded`` places them (:mod:`global_manager.greedy`).
 
 The reasons every policy gives a pending job come from here too: :func:`explain` (why a
 job does not fit the grid as it stands) and :func:`never_placeable` (why it could never
@@ -170,10 +171,9 @@ def _reserved(nodes: tuple[str, ...], lead: str) -> PendingReason:
 
 @dataclass(frozen=True, slots=True)
 class FlowPlacement(GreedyPlacement):
-    """Strict jobs: the min-cost flow of :mod:`global_manager.flow_placement` over the
-    whole queue, with the drain reservation and EASY backfilling (``docs/decisions.md``).
-    Other jobs, jobs split by parallelism at submission, and grids with an unbounded
-    budget (no admission control) are placed greedily on the ``least_loaded`` ranking."""
+    """The ``flow`` policy (the module docstring tells the cycle): strict jobs by the
+    min-cost flow of :mod:`global_manager.flow_placement`, the others, and every job on a
+    grid with an unbounded budget, greedily on the ``least_loaded`` ranking."""
 
     name: str = "flow"
     reserves: bool = True
