@@ -1,4 +1,4 @@
-"""The queue's targets (issue 14 §5), measured under the live runtime's defaults.
+"""The pending queue's targets, measured under the live runtime's defaults.
 
 Runs ``coalloc experiment placement``'s matrix through the experiment's own runner
 (:mod:`coalloc.experiments.placement`: the calibrated paper workload, 3 users, the core

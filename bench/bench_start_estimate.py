@@ -22,17 +22,11 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from global_manager.flow_placement import (
-    FlowPlacementRequest,
-    NodeState,
-    PendingJob,
-    PendingSubtask,
-    place_pending,
-)
+from global_manager.flow_placement import FlowPlacementRequest, NodeState, place_pending
+from global_manager.pending_job import PendingJob
 from global_manager.start_estimate import (
     Booking,
     EstimateNode,
-    QueuedJob,
     StartEstimateRequest,
     estimate_starts,
 )
@@ -60,14 +54,15 @@ def build(jobs: int, nodes: int, labels: bool, seed: int = 1
     queue = []
     for k in range(jobs):
         gpu = labels and rng.random() < 0.3
-        subs = tuple(PendingSubtask(rng.choice([25.0, 50.0, 100.0, 150.0]),
-                                    GPU if gpu and i == 0 else frozenset())
-                     for i in range(rng.randint(1, 12)))
-        queue.append(QueuedJob(f"j{k}", subs, rng.uniform(50.0, 3000.0)))
+        rates = tuple(rng.choice([25.0, 50.0, 100.0, 150.0])
+                      for _ in range(rng.randint(1, 12)))
+        labs = tuple(GPU if gpu and i == 0 else frozenset() for i in range(len(rates)))
+        run = rng.uniform(50.0, 3000.0)
+        queue.append(PendingJob(f"j{k}", f"u{k % 3}", tuple(r * run for r in rates), rates,
+                                rates, labs, True, 0, -float(k)))
     est = StartEstimateRequest(0.0, ns, tuple(running), tuple(queue))
     flow = FlowPlacementRequest(
-        0.0, tuple(PendingJob(q.job_id, f"u{k % 3}", q.subtasks, 0, -float(k))
-                   for k, q in enumerate(queue)),
+        0.0, tuple(queue),
         tuple(NodeState(n.name, 2 * n.budget, n.budget - held[n.name], n.labels,
                         held[n.name]) for n in ns),
     )

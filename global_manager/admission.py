@@ -17,6 +17,15 @@ from typing import Protocol
 
 from global_manager.registry import Registry
 
+__all__ = [
+    "AdmissionPolicy",
+    "MeasuredCapacityAdmission",
+    "NoAdmission",
+    "OverbookingAdmission",
+    "StrictAdmission",
+    "admission_policies",
+]
+
 
 class AdmissionPolicy(Protocol):
     """Decides how much strict expected rate a node may carry (Mcycles/s).
@@ -123,35 +132,3 @@ class NoAdmission:
         self, cpu_rate: float, qos_share: float, qos_capacity: float | None = None
     ) -> float:
         return math.inf
-
-
-# Placement lives in :mod:`global_manager.placer`; these names stay importable from here.
-from global_manager.placer import (  # noqa: E402
-    FlowPlacement,
-    LeastLoaded,
-    NodeLoad,
-    PlacementPolicy,
-    PlacementReply,
-    PlacementRequest,
-    RandomPlacement,
-    place,
-    placement_policies,
-)
-
-__all__ = [
-    "AdmissionPolicy",
-    "FlowPlacement",
-    "LeastLoaded",
-    "MeasuredCapacityAdmission",
-    "NoAdmission",
-    "NodeLoad",
-    "OverbookingAdmission",
-    "PlacementPolicy",
-    "PlacementReply",
-    "PlacementRequest",
-    "RandomPlacement",
-    "StrictAdmission",
-    "admission_policies",
-    "place",
-    "placement_policies",
-]

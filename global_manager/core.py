@@ -26,25 +26,25 @@ from typing import Any
 
 from coallocator.controller import guaranteed_pace, initial_rate_cap
 from global_manager.admission import AdmissionPolicy
-from global_manager.flow_placement import PendingReason, ReasonKind
-from global_manager.job_table import JobRecord, JobTable
-from global_manager.pending_queue import PendingQueue, PendingRecord
-from global_manager.placer import (
+from global_manager.cycle import (
     RESERVE_AFTER,
     CycleRequest,
     GridNode,
     NodeHold,
     Placement,
-    PlacementPolicy,
-    QueuedJob,
     RunningSubtask,
+)
+from global_manager.flow_policy import explain, hold_shadow, never_placeable
+from global_manager.job_table import JobRecord, JobTable
+from global_manager.pending_job import (
+    PendingJob,
+    PendingReason,
+    ReasonKind,
     SplitShape,
     expected_rates,
-    explain,
-    hold_shadow,
-    never_placeable,
-    placement_policies,
 )
+from global_manager.pending_queue import PendingQueue, PendingRecord
+from global_manager.placer import PlacementPolicy, placement_policies
 from global_manager.policies import Policy
 from global_manager.start_estimate import (
     Booking,
@@ -53,7 +53,6 @@ from global_manager.start_estimate import (
     Hold,
     StartEstimateRequest,
 )
-from global_manager.start_estimate import QueuedJob as EstimatedJob
 from workloads.model import (
     Demand,
     JobPhase,
@@ -181,13 +180,10 @@ class GlobalManagerCore:
         #: The QoS capacity each node last measured (Mcycles/s), for admission policies
         #: that read it (:meth:`observe_qos_capacity`).
         self.qos_capacity: dict[str, float] = {}
-        #: Job id -> (its spec, its queue arrival, what placement sees of it): a pending
-        #: job is presented to every placement cycle unchanged (``_queued``).
-        #: The fourth item: the job as the start estimates see it (built from the third
-        #: the first time they ask; ``_estimated``).
-        self._queued_memo: dict[
-            str, tuple[JobSpec, float, QueuedJob, EstimatedJob | None]
-        ] = {}
+        #: Job id -> (its spec, its queue arrival, what placement and the start
+        #: estimates see of it): a pending job is presented to every placement cycle
+        #: and every estimate unchanged (``_queued``).
+        self._queued_memo: dict[str, tuple[JobSpec, float, PendingJob]] = {}
         #: Bumped whenever what placement sees of the grid changes (a placement, a
         #: release, a node down or up, a measured capacity, a restore): the reasons
         #: memoised below are good while it stays the same.
@@ -305,7 +301,7 @@ class GlobalManagerCore:
         )
 
     def _request(
-        self, now: float, jobs: tuple[QueuedJob, ...], queue: bool
+        self, now: float, jobs: tuple[PendingJob, ...], queue: bool
     ) -> CycleRequest:
         return CycleRequest(
             now, jobs, self._grid(), self.config.qos_share, queue=queue,
@@ -385,7 +381,7 @@ class GlobalManagerCore:
             return Admission(
                 job_id, False, "pending: waits for the next placement cycle", pending=True
             )
-        reply = self.placement.place(self._request(now, (job,), queue=False), self.rng)
+        reply = self.placement.schedule(self._request(now, (job,), queue=False), self.rng)
         got = reply.placed.get(job_id)
         if got is None:
             return Admission(job_id, False, reply.messages.get(job_id, ""),
@@ -393,15 +389,15 @@ class GlobalManagerCore:
         return self._start(job_id, spec, now, got)
 
     @staticmethod
-    def _shape_key(job: QueuedJob) -> tuple[object, ...]:
+    def _shape_key(job: PendingJob) -> tuple[object, ...]:
         """What the reasons a job alone gets from a flow solve depend on: its user (named
         in a fair-share reason), its subtasks' rates and labels, and whether it is strict.
         Not its id, priority or arrival: a job solved alone ranks first, and
-        :func:`~global_manager.placer.explain` solves it at its own arrival."""
+        :func:`~global_manager.flow_policy.explain` solves it at its own arrival."""
         return (job.user, job.strict, job.rates, job.labels)
 
-    def _never_placeable(self, job: QueuedJob) -> tuple[PendingReason, ...]:
-        """:func:`~global_manager.placer.never_placeable` on the budget ceilings, memoised
+    def _never_placeable(self, job: PendingJob) -> tuple[PendingReason, ...]:
+        """:func:`~global_manager.flow_policy.never_placeable` on the budget ceilings, memoised
         by the job's shape (the nodes, their speeds, labels and ceilings are fixed): a
         batch of like jobs pays one solve over the grid, not one each."""
         key = self._shape_key(job)
@@ -428,7 +424,7 @@ class GlobalManagerCore:
         return works, weights, expected_rates(works, weights, spec.duration,
                                               self.config.rate_per_weight)
 
-    def _queued(self, job_id: str, spec: JobSpec, arrival: float) -> QueuedJob:
+    def _queued(self, job_id: str, spec: JobSpec, arrival: float) -> PendingJob:
         """``spec`` as placement sees it (built once per job, spec and arrival)."""
         memo = self._queued_memo.get(job_id)
         if memo is not None and memo[0] is spec and memo[1] == arrival:
@@ -438,10 +434,10 @@ class GlobalManagerCore:
             self._queued_memo = {j: m for j, m in self._queued_memo.items()
                                  if j in self.pending}
         job = self._build_queued(job_id, spec, arrival)
-        self._queued_memo[job_id] = (spec, arrival, job, None)
+        self._queued_memo[job_id] = (spec, arrival, job)
         return job
 
-    def _build_queued(self, job_id: str, spec: JobSpec, arrival: float) -> QueuedJob:
+    def _build_queued(self, job_id: str, spec: JobSpec, arrival: float) -> PendingJob:
         works, weights, rates = self._shape(spec)
         split = None
         if not spec.subtasks:
@@ -451,7 +447,7 @@ class GlobalManagerCore:
                 float(spec.total_weight if spec.total_weight is not None else n),
                 spec.duration, self.config.rate_per_weight,
             )
-        return QueuedJob(
+        return PendingJob(
             job_id, spec.user, tuple(works), tuple(weights), tuple(rates),
             tuple(spec.labels_of(i) for i in range(spec.n_subtasks)),
             spec.qos is QosClass.STRICT, spec.priority, arrival, split,
@@ -568,7 +564,7 @@ class GlobalManagerCore:
         self.queue.cycles_run += 1
         order = self.queue.ordered()
         jobs = tuple(self._queued(r.job_id, r.spec, r.arrival) for r in order)
-        reply = self.placement.place(self._request(now, jobs, queue=True), self.rng)
+        reply = self.placement.schedule(self._request(now, jobs, queue=True), self.rng)
         placed: list[Admission] = []
         for job_id, p in reply.placed.items():
             rec = self.pending.pop(job_id)
@@ -598,9 +594,9 @@ class GlobalManagerCore:
             )
         return rec.reasons
 
-    def _explain(self, job: QueuedJob) -> tuple[PendingReason, ...]:
+    def _explain(self, job: PendingJob) -> tuple[PendingReason, ...]:
         """Why ``job`` alone does not fit the grid as it stands
-        (:func:`~global_manager.placer.explain`; empty if it fits), memoised by the job's
+        (:func:`~global_manager.flow_policy.explain`; empty if it fits), memoised by the job's
         shape until the grid changes: a queue of like jobs, asked about one after the
         other (a submission's answers, ``coalloc queue``), pays one solve over the grid."""
         if self._explained_at != self._grid_version:
@@ -621,7 +617,7 @@ class GlobalManagerCore:
         estimate_starts` over the nodes placement may use, the running strict subtasks
         booked until their expected ends (start + work / expected rate), the queue in
         placement order (each job running ``max_i w_i / x_i`` once started) and the drain
-        reservation with its shadow time (:func:`~global_manager.placer.hold_shadow`).
+        reservation with its shadow time (:func:`~global_manager.flow_policy.hold_shadow`).
         Walked again only when the queue, the jobs or the nodes changed, or a release
         event passed."""
         bookings = tuple(
@@ -631,7 +627,7 @@ class GlobalManagerCore:
             for job in self.jobs.values() if job.running and job.spec.qos is QosClass.STRICT
             for st in (job.subtasks[i] for i in sorted(job.running))
         )
-        queue = [self._estimated(rec.job_id, rec.spec, rec.arrival)
+        queue = [self._queued(rec.job_id, rec.spec, rec.arrival)
                  for rec in sorted(self.pending.values(),
                                    key=lambda r: (-r.spec.priority, r.arrival, r.seq))]
         hold = None
@@ -647,18 +643,6 @@ class GlobalManagerCore:
                       for n in self.nodes.values() if n.name not in self.down)
         req = StartEstimateRequest(now, nodes, bookings, tuple(queue), hold)
         return self._estimates.get(req).starts
-
-    def _estimated(self, job_id: str, spec: JobSpec, arrival: float) -> EstimatedJob:
-        """The pending job ``spec`` as the start estimates see it: what placement sees of
-        it (:meth:`_queued`), as subtasks with their expected rates and labels, and its
-        expected run time. Built once per job, spec and arrival (kept in its memo)."""
-        job = self._queued(job_id, spec, arrival)
-        memo = self._queued_memo[job_id]
-        if memo[3] is not None:
-            return memo[3]
-        est = EstimatedJob(job_id, job.pending_job().subtasks, job.run_time)
-        self._queued_memo[job_id] = (memo[0], memo[1], memo[2], est)
-        return est
 
     def next_expiry(self) -> float | None:
         """The earliest time (s) a pending job's ``max_wait`` runs out, if any."""

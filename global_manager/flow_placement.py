@@ -71,23 +71,20 @@ request overrides it (e.g. DMFA-SRQ levels kept by the caller).
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from fairness.drf import drf
+from global_manager.fit import fits, max_matching
 from global_manager.flow import FlowGraph
+from global_manager.pending_job import PendingJob, PendingReason, ReasonKind
 
 __all__ = [
     "FlowPlacementReply",
     "FlowPlacementRequest",
     "NodeState",
-    "PendingJob",
-    "PendingReason",
-    "PendingSubtask",
-    "ReasonKind",
     "UserShare",
     "fair_shares",
     "place_pending",
@@ -98,31 +95,9 @@ PACE_CAP = 5.0  # |ln pace| beyond this costs the same
 BASE_UNSCHEDULED = 1000  # above any placement preference (at most 500)
 WAIT_CAP = 10**6  # seconds of waiting that still raise the cost (about 11.6 days)
 PRIORITY_STEP = WAIT_CAP + BASE_UNSCHEDULED + 1
-FIT_SLACK = 1e-9  # relative slack in "fits the budget" (float sums of rates)
 
 
 # --------------------------------------------------------------------------- records
-@dataclass(frozen=True, slots=True)
-class PendingSubtask:
-    """``rate``: expected rate ``x_i`` (Mcycles/s, > 0); ``labels``: labels the node
-    must carry (all of them)."""
-
-    rate: float
-    labels: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class PendingJob:
-    """A job waiting to be placed whole. ``arrival``: when it was submitted (s, model
-    time); ``priority``: higher first."""
-
-    job_id: str
-    user: str
-    subtasks: tuple[PendingSubtask, ...]
-    priority: int = 0
-    arrival: float = 0.0
-
-
 @dataclass(frozen=True, slots=True)
 class NodeState:
     """A node as the cycle sees it. ``free``: admission budget left (Mcycles/s);
@@ -161,27 +136,6 @@ class FlowPlacementRequest:
     reserve_after: float | None = 600.0
 
 
-class ReasonKind(str, enum.Enum):
-    LABELS = "labels"  # a label constraint no node meets
-    BUDGET = "budget"  # no node with enough free budget for a subtask
-    NODES = "nodes"  # fewer eligible nodes than subtasks
-    FAIR_SHARE = "fair_share"  # the user is over its fair share
-    RESERVED = "reserved"  # it would fit but for nodes held for another job
-    GANG = "gang"  # every part fits alone but not all together this cycle
-    ROUNDS = "rounds"  # not reached within max_rounds solves
-
-
-@dataclass(frozen=True, slots=True)
-class PendingReason:
-    """Why a job is still pending. ``subtask``: the subtask concerned (``None``: the
-    job); ``short``: how much rate is missing (Mcycles/s) where that applies."""
-
-    kind: ReasonKind
-    message: str
-    subtask: int | None = None
-    short: float | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class FlowPlacementReply:
     """``placements[job]``: the node of each subtask, in subtask order; ``pending[job]``:
@@ -213,7 +167,7 @@ def fair_shares(
         return out
     if capacity <= _NO_CAPACITY:
         # Nothing to share; a subnormal capacity would also overflow DRF's shares
-        # (d / (C w) with C w rounded to 0; found by the placement property).
+        # (d / (C w) with C w rounded to 0).
         return out | {u.user: 0.0 for u in free}
     demand = [max(0.0, u.held) + pending.get(u.user, 0.0) for u in free]
     r = drf(
@@ -228,10 +182,6 @@ def fair_shares(
 
 
 # --------------------------------------------------------------------------- helpers
-def _fits(rate: float, room: float) -> bool:
-    return rate <= room + FIT_SLACK * max(1.0, abs(room))
-
-
 def _preference_cost(rate: float, node: NodeState, committed: float, qos_share: float) -> int:
     """``P(c, n)``: the mean of the pace preference (``100 * min(|ln rho|, 5)``) and a load
     term (``500 *`` the fraction of the node's QoS share committed with the subtask), both
@@ -250,37 +200,18 @@ def _count_fitting(rates: Sequence[float], room: float) -> int:
     """How many of ``rates`` fit in ``room``, smallest first."""
     n, total = 0, 0.0
     for r in sorted(rates):
-        if not _fits(total + r, room):
+        if not fits(total + r, room):
             break
         total += r
         n += 1
     return n
 
 
-def _max_matching(eligible: Sequence[Sequence[int]]) -> int:
-    """Most subtasks placed on distinct nodes, ``eligible[i]`` the nodes subtask ``i``
-    may use (a bipartite matching, solved as a flow)."""
-    n = len(eligible)
-    if all(len(e) >= n for e in eligible):
-        return n  # Hall: each subtask still has a node when the others have taken theirs
-    g = FlowGraph()
-    sink = g.add_node(0)
-    subs = [g.add_node(1) for _ in eligible]
-    nodes: dict[int, int] = {}
-    for s, elig in zip(subs, eligible):
-        g.add_arc(s, sink, 1, 1)  # unmatched
-        for n in elig:
-            if n not in nodes:
-                nodes[n] = g.add_node(0)
-                g.add_arc(nodes[n], sink, 1, 0)
-            g.add_arc(s, nodes[n], 1, 0)
-    g.set_supply(sink, -len(eligible))
-    sol = g.solve()
-    return len(eligible) - (sol.cost if sol.optimal else len(eligible))
-
-
 @dataclass(slots=True, eq=False)  # compared by identity
-class _Job:
+class _FlowJob:
+    """The solver's working state of one pending job: its index in the request, its
+    unscheduled cost ``U_j``, its wait (s) and its classes."""
+
     spec: PendingJob
     index: int
     cost: int  # U_j
@@ -314,7 +245,7 @@ class _Cycle:
         hit = self._eligible.get(key)
         if hit is None:
             hit = [k for k, n in enumerate(self.req.nodes) if labels <= n.labels
-                   and _fits(rate, self.free[k] if holder else self.room(k))]
+                   and fits(rate, self.free[k] if holder else self.room(k))]
             self._eligible[key] = hit
         return hit
 
@@ -368,7 +299,7 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
     _validate(req)
     nodes = req.nodes
     prio_rank = {p: r for r, p in enumerate(sorted({j.priority for j in req.jobs}))}
-    jobs: list[_Job] = []
+    jobs: list[_FlowJob] = []
     for idx, spec in enumerate(req.jobs):
         wait = max(0.0, req.now - spec.arrival)
         cost = (BASE_UNSCHEDULED + PRIORITY_STEP * prio_rank[spec.priority]
@@ -377,7 +308,7 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
         for i, s in enumerate(spec.subtasks):
             groups.setdefault((s.rate, s.labels), []).append(i)
         classes = [(r, lab, subs) for (r, lab), subs in groups.items()]
-        jobs.append(_Job(spec, idx, cost, wait, classes))
+        jobs.append(_FlowJob(spec, idx, cost, wait, classes))
 
     # Users: listed ones, then any other user of a pending job (weight 1, holding nothing).
     users = list(req.users)
@@ -392,7 +323,7 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
 
     # Jobs that could never be placed (even on an empty grid) stay out, with reasons,
     # and do not count in their users' demand.
-    active: list[_Job] = []
+    active: list[_FlowJob] = []
     for job in jobs:
         why = _never_placeable(job, nodes)
         if why:
@@ -421,7 +352,7 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
         fitting = [j for j in active if _fits_now(j, cyc) is None]
         entrants = list(fitting)
         fit_ids = {id(j) for j in fitting}
-        head: _Job | None = None
+        head: _FlowJob | None = None
         if reserved_for is None and req.reserve_after is not None:
             waiting = [j for j in active if id(j) not in fit_ids and j.wait >= req.reserve_after
                        and _user_allows(j, cyc)]
@@ -489,7 +420,7 @@ def place_pending(req: FlowPlacementRequest) -> FlowPlacementReply:
     )
 
 
-def _never_placeable(job: _Job, nodes: Sequence[NodeState]) -> tuple[PendingReason, ...]:
+def _never_placeable(job: _FlowJob, nodes: Sequence[NodeState]) -> tuple[PendingReason, ...]:
     """Reasons the job cannot be placed even with every node empty ("" if it can)."""
     out: list[PendingReason] = []
     eligible: list[list[int]] = []
@@ -503,17 +434,17 @@ def _never_placeable(job: _Job, nodes: Sequence[NodeState]) -> tuple[PendingReas
             eligible.append([])
             continue
         budgets = [nodes[k].free + nodes[k].committed for k in labelled]
-        if not _fits(s.rate, max(budgets)):
+        if not fits(s.rate, max(budgets)):
             short = s.rate - max(budgets)
             out.append(PendingReason(
                 ReasonKind.BUDGET,
                 f"subtask {i}: needs {s.rate:.6g} Mcycles/s but no node's whole budget is "
                 f"that large (largest {max(budgets):.6g}, {short:.6g} short)", i, short,
             ))
-        eligible.append([k for k, b in zip(labelled, budgets) if _fits(s.rate, b)])
+        eligible.append([k for k, b in zip(labelled, budgets) if fits(s.rate, b)])
     if not out:
         n = len(job.spec.subtasks)
-        m = _max_matching(eligible)
+        m = max_matching(eligible)
         if m < n:
             out.append(PendingReason(
                 ReasonKind.NODES,
@@ -523,12 +454,12 @@ def _never_placeable(job: _Job, nodes: Sequence[NodeState]) -> tuple[PendingReas
     return tuple(out)
 
 
-def _user_allows(job: _Job, cyc: _Cycle) -> bool:
-    return _fits(job.rate, cyc.user_room(job.spec.user))
+def _user_allows(job: _FlowJob, cyc: _Cycle) -> bool:
+    return fits(job.rate, cyc.user_room(job.spec.user))
 
 
 def _fits_now(
-    job: _Job, cyc: _Cycle, holder: bool = False
+    job: _FlowJob, cyc: _Cycle, holder: bool = False
 ) -> tuple[PendingReason, ...] | None:
     """Reasons the job cannot be placed on the current free budgets (None if it can);
     ``holder``: the job the reservation is for (what is held counts as free for it)."""
@@ -542,7 +473,7 @@ def _fits_now(
             labelled = [k for k, n in enumerate(nodes) if s.labels <= n.labels]
             rooms = [cyc.free[k] if holder else cyc.room(k) for k in labelled]
             best = max(rooms) if rooms else 0.0
-            if not holder and any(_fits(s.rate, cyc.free[k]) for k in labelled):
+            if not holder and any(fits(s.rate, cyc.free[k]) for k in labelled):
                 blocked_by_reservation = True
             out.append(PendingReason(
                 ReasonKind.BUDGET,
@@ -553,7 +484,7 @@ def _fits_now(
         eligible.append(ok)
     if not out:
         n = len(job.spec.subtasks)
-        m = _max_matching(eligible)
+        m = max_matching(eligible)
         if m < n:
             out.append(PendingReason(
                 ReasonKind.NODES,
@@ -576,12 +507,12 @@ def _fits_now(
     return tuple(out) if out else None
 
 
-def _commit(job: _Job, got: Mapping[int, int], cyc: _Cycle) -> bool:
+def _commit(job: _FlowJob, got: Mapping[int, int], cyc: _Cycle) -> bool:
     """Place the job if its rates fit the exact budgets and its user's share."""
     if not _user_allows(job, cyc):
         return False
     for i, n in got.items():
-        if not _fits(job.spec.subtasks[i].rate, cyc.room(n)):
+        if not fits(job.spec.subtasks[i].rate, cyc.room(n)):
             return False
     for i, n in got.items():
         r = job.spec.subtasks[i].rate
@@ -593,7 +524,7 @@ def _commit(job: _Job, got: Mapping[int, int], cyc: _Cycle) -> bool:
     return True
 
 
-def _solve_round(entrants: Sequence[_Job], cyc: _Cycle) -> dict[int, dict[int, int]]:
+def _solve_round(entrants: Sequence[_FlowJob], cyc: _Cycle) -> dict[int, dict[int, int]]:
     """Solve one round's network; per job (by index), subtask -> node index."""
     req = cyc.req
     nodes = req.nodes

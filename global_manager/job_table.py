@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from global_manager.placer import RunningSubtask
+from global_manager.cycle import RunningSubtask
 from workloads.model import JobPhase, JobSpec, QosClass, Subtask
 
 

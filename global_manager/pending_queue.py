@@ -7,15 +7,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from global_manager.flow_placement import PendingReason
-from global_manager.placer import NodeHold
+from global_manager.cycle import NodeHold
+from global_manager.pending_job import PendingReason
 from workloads.model import JobSpec
 
 
 @dataclass(slots=True)
 class PendingRecord:
-    """A strict job in the pending queue; ``arrival``: when it was submitted (s);
-    ``reasons``: from the last cycle (``None``: worked out when asked)."""
+    """A strict job's entry in the pending queue: its spec as submitted, ``arrival``
+    (when it joined the queue, s), its place in submission order (``seq``) and
+    ``reasons`` from the last cycle (``None``: worked out when asked). The queue's own
+    bookkeeping: placement reads the job as the core's
+    :class:`~global_manager.pending_job.PendingJob` of it."""
 
     spec: JobSpec
     job_id: str

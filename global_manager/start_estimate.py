@@ -12,8 +12,8 @@ The walk. Starting at ``now``, the future release events (a booking's expected e
 taken in time order. At each event time every pending job not yet started is tried, in
 placement order, and starts there if its gang fits: all of its subtasks on distinct
 nodes that carry their labels and have their rate free (the placement's fit rule,
-:func:`global_manager.flow_placement._fits` with
-:func:`global_manager.flow_placement._max_matching`). A job that does not fit does not
+:func:`global_manager.fit.fits` with :func:`global_manager.fit.max_matching`). A job
+that does not fit does not
 hold back the ones behind it (as in a placement cycle), so a small job may be estimated to
 start before a larger one ahead of it. A job estimated to start books its rates on the
 nodes it was given (those with the most room first) until its own expected end
@@ -38,8 +38,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from global_manager.fit import slack_limits
-from global_manager.flow_placement import FIT_SLACK, PendingSubtask, _fits, _max_matching
+from global_manager.cycle import END_SLACK
+from global_manager.fit import fit_limits, fits, max_matching, room_limit
+from global_manager.pending_job import PendingJob
 from workloads.native import picklable_frozen_records
 
 __all__ = [
@@ -47,7 +48,6 @@ __all__ = [
     "EstimateCache",
     "EstimateNode",
     "Hold",
-    "QueuedJob",
     "StartEstimateReply",
     "StartEstimateRequest",
     "estimate_starts",
@@ -76,16 +76,6 @@ class Booking:
 
 
 @dataclass(frozen=True, slots=True)
-class QueuedJob:
-    """A pending job: its subtasks' rates and labels, and ``run_time``, how long it is
-    expected to run once started (s: ``max_i w_i / x_i``)."""
-
-    job_id: str
-    subtasks: tuple[PendingSubtask, ...]
-    run_time: float
-
-
-@dataclass(frozen=True, slots=True)
 class Hold:
     """The placement's drain reservation: ``nodes`` held for ``job_id``; ``shadow``: when
     the held job is expected to fit there (s; ``None``: not known, then no backfill)."""
@@ -103,7 +93,7 @@ class StartEstimateRequest:
     now: float
     nodes: tuple[EstimateNode, ...]
     running: tuple[Booking, ...]
-    queue: tuple[QueuedJob, ...]
+    queue: tuple[PendingJob, ...]
     hold: Hold | None = None
 
 
@@ -170,7 +160,7 @@ class _Walk:
     def next_event(self) -> float | None:
         return self.events[0][0] if self.events else None
 
-    def gang(self, job: QueuedJob, allowed: list[bool]) -> tuple[int, ...] | None:
+    def gang(self, job: PendingJob, allowed: list[bool]) -> tuple[int, ...] | None:
         """Nodes (indexes, per subtask) for the whole gang on the free budgets, distinct
         and labelled, among the ``allowed`` nodes; None if it does not fit."""
         subs = job.subtasks
@@ -192,13 +182,13 @@ class _Walk:
             return None
         chosen = [-1] * len(subs)
         for i, k in zip(order, ranked):
-            if not _fits(subs[i].rate, self.free[k]):
+            if not fits(subs[i].rate, self.free[k]):
                 return None
             chosen[i] = k
         if not labelled:
             return tuple(chosen)
         eligible = [
-            [k for k in ranked if s.labels <= self.nodes[k].labels and _fits(s.rate, self.free[k])]
+            [k for k in ranked if s.labels <= self.nodes[k].labels and fits(s.rate, self.free[k])]
             for s in subs
         ]
         if any(not e for e in eligible):
@@ -215,7 +205,7 @@ class _Walk:
             taken.add(k)
         else:
             return tuple(chosen)
-        if _max_matching(eligible) < len(subs):
+        if max_matching(eligible) < len(subs):
             return None
         # The greedy choice failed where a matching exists: subtask by subtask, each on
         # the eligible node with the most room that still leaves the others a matching.
@@ -226,7 +216,7 @@ class _Walk:
                 if k in taken:
                     continue
                 left = [[m for m in eligible[r] if m not in taken and m != k] for r in rest]
-                if _max_matching(left) == len(rest):
+                if max_matching(left) == len(rest):
                     chosen[i] = k
                     taken.add(k)
                     break
@@ -234,7 +224,7 @@ class _Walk:
                 return None
         return tuple(chosen)
 
-    def book(self, job: QueuedJob, nodes: tuple[int, ...], start: float) -> None:
+    def book(self, job: PendingJob, nodes: tuple[int, ...], start: float) -> None:
         end = start + job.run_time
         for s, k in zip(job.subtasks, nodes):
             self.free[k] -= s.rate
@@ -243,9 +233,8 @@ class _Walk:
 
 
 def _room_limit(free: list[float]) -> float:
-    """The largest rate that fits some node's ``free`` budget (the fit rule's slack)."""
-    top = max(free, default=-math.inf)
-    return top + FIT_SLACK * max(1.0, abs(top)) if math.isfinite(top) else top
+    """The largest rate that fits some node's ``free`` budget."""
+    return room_limit(max(free, default=-math.inf))
 
 
 class _Screen:
@@ -260,13 +249,13 @@ class _Screen:
     budgets implies one on higher budgets, so a job rejected at the start of the event
     stays rejected until its end (unless the allowed nodes grow: the held job started).
 
-    Plain loops, not numpy arrays (until the seventh pass of issue 17): compiled, a loop
-    that stops at a job's first rate that does not fit costs less than numpy's fixed
-    cost per call on queues of the sizes a grid holds (tens to hundreds of jobs)."""
+    Plain loops, not numpy arrays: compiled, a loop that stops at a job's first rate that
+    does not fit costs less than numpy's fixed cost per call on queues of the sizes a
+    grid holds (tens to hundreds of jobs)."""
 
     __slots__ = ("rates", "labelled", "run_time", "width")
 
-    def __init__(self, queue: tuple[QueuedJob, ...]) -> None:
+    def __init__(self, queue: tuple[PendingJob, ...]) -> None:
         #: Per job, its subtasks' rates, largest first (Mcycles/s; labelled jobs: none).
         self.rates: list[list[float]] = []
         self.labelled: list[bool] = []
@@ -284,7 +273,7 @@ class _Screen:
         """The ``width`` largest rooms of the allowed nodes, largest first, each with the
         fit rule's slack: the largest rate the k-th largest room takes (Mcycles/s)."""
         room = sorted((f for f, a in zip(free, allowed) if a), reverse=True)
-        return slack_limits(room[:self.width])
+        return fit_limits(room[:self.width])
 
     def fits(self, p: int, limit: list[float]) -> bool:
         """Whether job ``p``'s gang fits room with these :meth:`limits` (meaningful for
@@ -333,7 +322,7 @@ def estimate_starts(req: StartEstimateRequest, *, screen: bool = True) -> StartE
         """Queue positions from ``first`` on worth trying at ``t`` (all, unscreened)."""
         if scr is None:
             return [p for p in range(first, len(queue)) if alive[p]]
-        backfill_until = (hold.shadow + 1e-9 if holder is not None and hold is not None
+        backfill_until = (hold.shadow + END_SLACK if holder is not None and hold is not None
                           and hold.shadow is not None else None)
         room_anywhere = scr.limits(walk.free, anywhere)
         room_unheld = scr.limits(walk.free, unheld) if holder is not None else room_anywhere
@@ -371,7 +360,7 @@ def estimate_starts(req: StartEstimateRequest, *, screen: bool = True) -> StartE
                     continue
                 allowed = only_held
             elif holder is not None and hold is not None and hold.shadow is not None \
-                    and t + job.run_time <= hold.shadow + 1e-9:
+                    and t + job.run_time <= hold.shadow + END_SLACK:
                 allowed = anywhere  # backfill: it is gone before the held job needs room
             else:
                 allowed = unheld if holder is not None else anywhere

@@ -132,7 +132,7 @@ class RuntimeConfig:
     seed: int = 0
     core_mhz: _Positive = 1000.0
     insecure: bool = False
-    #: Placement policy (a name of :data:`global_manager.admission.placement_policies`):
+    #: Placement policy (a name of :data:`global_manager.placer.placement_policies`):
     #: ``backfill`` (priority and fair-share order, first fit that does not delay the
     #: reservation held for the queue's longest waiter; docs/decisions.md, "Placement
     #: that nobody waits for") by default; "" keeps the policy's own.
@@ -154,7 +154,7 @@ class RuntimeConfig:
             raise ValueError(f"core: must be a SimConfig, got {type(self.core).__name__}")
         checked = check_fields(self, _config_model(), _WORDING)
         object.__setattr__(self, "ntp_servers", checked["ntp_servers"])  # a list: a tuple
-        from global_manager.admission import placement_policies
+        from global_manager.placer import placement_policies
 
         if self.placement and self.placement not in placement_policies:
             known = ", ".join(placement_policies.names())

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from global_manager.core import GlobalManagerCore, QueueMode
-from global_manager.flow_placement import PendingReason
+from global_manager.pending_job import PendingReason
 from runtime.config import RuntimeConfig
 from runtime.dispatch import Dispatch, DispatchFailed, send
 from runtime.job_journal import UNREADABLE, JobJournal

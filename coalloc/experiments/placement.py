@@ -409,7 +409,7 @@ def format_table(rows: Sequence[Row]) -> str:
 
 
 def _placement_list(text: str) -> list[str]:
-    from global_manager.admission import placement_policies
+    from global_manager.placer import placement_policies
 
     return registry_list("--placements", text, placement_policies, "placement")
 

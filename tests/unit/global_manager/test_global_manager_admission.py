@@ -1,24 +1,24 @@
-"""Admission budgets and all-or-nothing placement on distinct nodes (pure solvers)."""
+"""Admission budgets and all-or-nothing placement of one submitted job on distinct
+nodes (pure solvers)."""
 
 from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 
 import pytest
 
 from global_manager.admission import (
-    LeastLoaded,
     NoAdmission,
-    NodeLoad,
     OverbookingAdmission,
-    PlacementRequest,
-    RandomPlacement,
     StrictAdmission,
     admission_policies,
-    place,
-    placement_policies,
 )
+from global_manager.cycle import CycleRequest, GridNode, NodeLoad
+from global_manager.greedy import GreedyPlacement, LeastLoaded, RandomPlacement
+from global_manager.pending_job import PendingJob
+from global_manager.placer import PlacementPolicy, placement_policies
 from global_manager.registry import Registry
 
 
@@ -26,8 +26,32 @@ def load(name: str, free: float, cpu: float = 1000.0, load_: float = 0.0) -> Nod
     return NodeLoad(name, cpu, committed=0.0, budget=free, load=load_)
 
 
-def request(rates: tuple[float, ...], nodes: tuple[NodeLoad, ...], checked: bool = True):
-    return PlacementRequest(rates, checked, nodes)
+def request(rates: tuple[float, ...], nodes: tuple[NodeLoad, ...], checked: bool = True
+            ) -> CycleRequest:
+    """The submission of one job ``j`` of these expected rates (strict if ``checked``)."""
+    grid = tuple(GridNode(n.name, n.cpu_rate, n.budget, n.committed, n.load, n.labels)
+                 for n in nodes)
+    job = PendingJob("j", "u", rates, rates, rates, tuple(frozenset() for _ in rates),
+                     checked)
+    return CycleRequest(0.0, (job,), grid, queue=False)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where job ``j`` went (``None``: rejected, with the ``reason``)."""
+
+    nodes: tuple[str, ...] | None
+    reason: str = ""
+
+    @property
+    def admitted(self) -> bool:
+        return self.nodes is not None
+
+
+def place(req: CycleRequest, policy: PlacementPolicy, rng: random.Random) -> Placed:
+    reply = policy.schedule(req, rng)
+    got = reply.placed.get("j")
+    return Placed(got.nodes) if got is not None else Placed(None, reply.messages["j"])
 
 
 def test_budgets_strict_overbooking_and_none() -> None:
@@ -106,7 +130,7 @@ def test_least_loaded_ties_are_broken_by_name() -> None:
     assert [n.name for n in LeastLoaded().rank(nodes, True, random.Random(0))] == ["a", "m", "z"]
 
 
-class _FixedOrder:
+class _FixedOrder(GreedyPlacement):
     """A placement policy that tries the nodes in the order given."""
 
     name = "fixed"

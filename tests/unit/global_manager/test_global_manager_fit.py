@@ -1,5 +1,6 @@
-"""The greedy fit kernel (global_manager.fit): first_fit's answers, and gang_misfit's
-claim that whether (and where) a gang fails does not depend on the node ranking."""
+"""The fit rule (global_manager.fit): a rate fits a room; first_fit's answers, and
+gang_misfit's claim that whether (and where) a gang fails does not depend on the node
+ranking."""
 
 from __future__ import annotations
 
@@ -9,18 +10,20 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from global_manager.fit import FIT_EPS, first_fit, fit_limits, gang_misfit
+from global_manager.cycle import GridNode, NodeLoad
+from global_manager.fit import FIT_SLACK, first_fit, fit_limits, fits, gang_misfit, room_limit
 from global_manager.flow_placement import (
     FlowPlacementRequest,
     NodeState,
     UserShare,
 )
 from global_manager.flow_placement import place_pending as flow_place_pending
-from global_manager.placer import GridNode, NodeLoad, QueuedJob, never_placeable
+from global_manager.flow_policy import never_placeable
+from global_manager.pending_job import PendingJob
 
 # Rates and budgets from a small set, so that ties and exact fits (room == rate, and
-# rate == room + FIT_EPS) come up often.
-_AMOUNT = st.sampled_from([0.0, 10.0, 20.0, 25.0, 40.0, 50.0, 50.0 + FIT_EPS, 100.0])
+# rate == the room's limit) come up often.
+_AMOUNT = st.sampled_from([0.0, 10.0, 20.0, 25.0, 40.0, 50.0, room_limit(50.0), 100.0])
 
 
 @st.composite
@@ -51,7 +54,7 @@ def test_a_misfit_is_found_under_every_ranking_at_the_subtask_first_fit_stops_at
             assert miss == -1
             assert len(set(got)) == len(rates)  # distinct nodes, each with room
             room = {nl.name: nl.budget - nl.committed for nl in nodes}
-            assert all(r <= room[name] + FIT_EPS for r, name in zip(rates, got))
+            assert all(fits(r, room[name]) for r, name in zip(rates, got))
 
 
 def test_first_fit_places_the_largest_rate_first_on_the_first_ranked_node_with_room() -> None:
@@ -72,12 +75,12 @@ def test_first_fit_places_the_largest_rate_first_on_the_first_ranked_node_with_r
     assert gang_misfit((30.0, 50.0), fit_limits([40.0, 100.0, 30.0])) == -1
 
 
-def _solved(job: QueuedJob, nodes: tuple[GridNode, ...], share: float) -> tuple[object, ...]:
-    """never_placeable's answer for a strict job by the flow solve alone (what it computed
-    for every job before the matching test was put in front of it)."""
+def _solved(job: PendingJob, nodes: tuple[GridNode, ...], share: float) -> tuple[object, ...]:
+    """never_placeable's answer for a strict job by the flow solve alone, without the
+    matching test it puts in front of the solve."""
     empty = tuple(NodeState(n.name, n.speed, n.budget - 0.0, n.labels, 0.0) for n in nodes)
     reply = flow_place_pending(FlowPlacementRequest(
-        0.0, (job.pending_job(),), empty, (UserShare(job.user, bound=math.inf),),
+        0.0, (job,), empty, (UserShare(job.user, bound=math.inf),),
         qos_share=share, reserve_after=None,
     ))
     return reply.pending.get(job.job_id, ())
@@ -95,6 +98,44 @@ def test_a_gang_that_fits_the_empty_grid_by_the_matching_test_has_no_reason(
     budgets without a flow solve: the solve agrees (no reason) whenever it does so, and
     a gang that fails the test still gets the solve's reasons."""
     nodes = tuple(GridNode(f"n{k}", 100.0, b, 0.0, 0.0) for k, b in enumerate(budgets))
-    qj = QueuedJob("j", "u", tuple(r * 10 for r in rates), tuple(rates), tuple(rates),
+    qj = PendingJob("j", "u", tuple(r * 10 for r in rates), tuple(rates), tuple(rates),
                    tuple(frozenset() for _ in rates))
     assert never_placeable(qj, nodes, share) == _solved(qj, nodes, share)
+
+
+# ----------------------------------------------------------------------- the fit rule
+_FINITE = st.floats(-1e7, 1e7, allow_nan=False)
+
+
+@settings(max_examples=500, deadline=None)
+@given(rate=_FINITE, room=_FINITE)
+def test_the_fit_rule_is_the_absolute_slack_up_to_a_room_of_one_and_relative_above(
+    rate: float, room: float,
+) -> None:
+    """One rule: below a room of 1 Mcycle/s the slack is ``FIT_SLACK`` itself (the same
+    floating-point sum as an absolute slack); above it, ``FIT_SLACK`` times the room.
+    Only a rate within that slack of the room fits without being at most the room."""
+    assert fits(rate, room) == (rate <= room_limit(room))
+    if abs(room) <= 1.0:
+        assert fits(rate, room) == (rate <= room + FIT_SLACK)
+    else:
+        assert fits(rate, room) == (rate <= room + FIT_SLACK * abs(room))
+    if rate <= room:
+        assert fits(rate, room)
+    if rate > room + 2 * FIT_SLACK * max(1.0, abs(room)):
+        assert not fits(rate, room)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rate=_FINITE, room=_FINITE, more=st.floats(0.0, 1e7, allow_nan=False))
+def test_a_rate_that_fits_a_room_fits_any_larger_room(
+    rate: float, room: float, more: float,
+) -> None:
+    if fits(rate, room):
+        assert fits(rate, room + more)
+
+
+def test_an_infinite_room_takes_every_rate_and_a_minus_infinite_one_none() -> None:
+    assert fits(1e300, math.inf) and room_limit(math.inf) == math.inf
+    assert not fits(-1e300, -math.inf) and room_limit(-math.inf) == -math.inf
+    assert fit_limits([1.0, -math.inf, 2.0]) == [room_limit(2.0), room_limit(1.0), -math.inf]

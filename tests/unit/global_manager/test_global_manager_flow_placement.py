@@ -13,21 +13,28 @@ from global_manager.flow_placement import (
     FlowPlacementReply,
     FlowPlacementRequest,
     NodeState,
-    PendingJob,
-    PendingSubtask,
-    ReasonKind,
     UserShare,
     fair_shares,
     place_pending,
 )
+from global_manager.pending_job import PendingJob, PendingSubtask, ReasonKind
 
 GPU = frozenset({"gpu"})
 
 
+def pending(jid: str, user: str, subtasks: tuple[PendingSubtask, ...], priority: int = 0,
+            arrival: float = 0.0) -> PendingJob:
+    """A strict pending job of these subtasks (the solver reads their rates and labels;
+    each runs 1 s at its rate)."""
+    rates = tuple(s.rate for s in subtasks)
+    return PendingJob(jid, user, rates, rates, rates, tuple(s.labels for s in subtasks),
+                      True, priority, arrival)
+
+
 def job(jid: str, *rates: float, user: str = "u", priority: int = 0, arrival: float = 0.0,
         labels: frozenset[str] = frozenset()) -> PendingJob:
-    return PendingJob(jid, user, tuple(PendingSubtask(r, labels) for r in rates), priority,
-                      arrival)
+    return pending(jid, user, tuple(PendingSubtask(r, labels) for r in rates), priority,
+                   arrival)
 
 
 def node(name: str, free: float, speed: float = 1000.0, labels: frozenset[str] = frozenset(),
@@ -124,7 +131,7 @@ def test_label_constraints() -> None:
     assert kinds(r, "t") == [ReasonKind.LABELS]
     assert "no node has the labels tpu" in r.pending["t"][0].message
     # A labelled subtask and an unlabelled one in the same job.
-    mixed = PendingJob("m", "u", (PendingSubtask(50, GPU), PendingSubtask(50)))
+    mixed = pending("m", "u", (PendingSubtask(50, GPU), PendingSubtask(50)))
     assert solve([mixed], nodes).placements["m"] == ("gpu1", "plain")
 
 
@@ -226,7 +233,7 @@ def test_reasons_per_constraint() -> None:
         (lambda q: replace(q, jobs=q.jobs * 2), "jobs: duplicate job id 'j'"),
         (lambda q: replace(q, jobs=(job("j", 0.0),)), r"jobs\['j'\].subtasks\[0\].rate"),
         (lambda q: replace(q, jobs=(job("j", math.nan),)), r"rate: must be a finite"),
-        (lambda q: replace(q, jobs=(PendingJob("j", "u", ()),)), "a job needs at least one"),
+        (lambda q: replace(q, jobs=(pending("j", "u", ()),)), "a job needs at least one"),
         (lambda q: replace(q, nodes=(node("a", 1, speed=0),)), r"nodes\['a'\].speed"),
         (lambda q: replace(q, users=(UserShare("u", weight=0),)), r"users\['u'\].weight"),
         (lambda q: replace(q, max_rounds=0), "max_rounds: must be >= 1"),
@@ -253,7 +260,7 @@ def requests(draw: st.DrawFn) -> FlowPlacementRequest:
     )
     users = ["alice", "bob", "carol"]
     jobs = tuple(
-        PendingJob(
+        pending(
             f"j{i}", draw(st.sampled_from(users)),
             tuple(PendingSubtask(draw(st.sampled_from([10.0, 25.0, 50.0, 100.0, 150.0])),
                                  draw(LABELS))
@@ -296,8 +303,8 @@ def test_placement_properties(q: FlowPlacementRequest) -> None:
 
 
 def test_a_subnormal_capacity_is_no_capacity() -> None:
-    # Found by test_placement_properties: a node whose committed rate is the smallest
-    # subnormal made the grid's capacity 5e-324, and DRF's per-task share overflowed.
+    # A node whose committed rate is the smallest subnormal makes the grid's capacity
+    # 5e-324, on which DRF's per-task share overflows.
     from global_manager.flow_placement import (
         FlowPlacementRequest,
         NodeState,

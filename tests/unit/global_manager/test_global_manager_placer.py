@@ -1,5 +1,6 @@
-"""The placement interface (global_manager/placer.py) and backfill with reservations
-(global_manager/backfill.py): pure solvers over hand-built requests."""
+"""The placement interface (global_manager/placer.py), greedy placement
+(global_manager/greedy.py) and backfill with reservations (global_manager/backfill.py):
+pure solvers over hand-built requests."""
 
 from __future__ import annotations
 
@@ -9,20 +10,17 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from global_manager.backfill import availability_time, committed_at
-from global_manager.flow_placement import ReasonKind
-from global_manager.placer import (
+from global_manager.backfill import (
     BackfillPlacement,
-    CycleRequest,
-    GridNode,
-    LeastLoaded,
-    NodeLoad,
-    QueuedJob,
-    RunningSubtask,
+    availability_time,
+    committed_at,
     fair_order,
-    first_fit,
-    placement_policies,
 )
+from global_manager.cycle import CycleRequest, GridNode, NodeLoad, RunningSubtask
+from global_manager.fit import first_fit
+from global_manager.greedy import LeastLoaded
+from global_manager.pending_job import PendingJob, ReasonKind
+from global_manager.placer import placement_policies
 
 
 def node(name: str, budget: float, committed: float = 0.0, labels: frozenset[str] = frozenset(),
@@ -31,9 +29,9 @@ def node(name: str, budget: float, committed: float = 0.0, labels: frozenset[str
 
 
 def job(job_id: str, *rates: float, run: float = 100.0, user: str = "u", arrival: float = 0.0,
-        priority: int = 0) -> QueuedJob:
+        priority: int = 0) -> PendingJob:
     """A strict job whose subtasks each run ``run`` s at their expected rates."""
-    return QueuedJob(job_id, user, tuple(r * run for r in rates), rates, rates,
+    return PendingJob(job_id, user, tuple(r * run for r in rates), rates, rates,
                      tuple(frozenset() for _ in rates), True, priority, arrival)
 
 
@@ -79,11 +77,11 @@ def test_fair_order_serves_the_user_holding_least_first_and_rereads_what_it_hold
     assert out == ["hi", "b1", "a1", "a2"]
 
 
-def cycle(jobs: list[QueuedJob], nodes: tuple[GridNode, ...], running=(), now: float = 1000.0,
+def cycle(jobs: list[PendingJob], nodes: tuple[GridNode, ...], running=(), now: float = 1000.0,
           **kw: object):
     req = CycleRequest(now, tuple(jobs), nodes, 0.5, queue=True,
                        running=tuple(running))
-    return BackfillPlacement(**kw).place(req, random.Random(0))  # type: ignore[arg-type]
+    return BackfillPlacement(**kw).schedule(req, random.Random(0))  # type: ignore[arg-type]
 
 
 def test_a_blocked_gang_gets_a_reservation_and_only_jobs_that_do_not_delay_it_backfill() -> None:
@@ -154,8 +152,8 @@ def test_without_reservations_and_fair_order_it_places_as_first_fit_does(
     nodes = tuple(node(n, 100.0, c) for n, c in zip("abc", committed))
     jobs = [job(f"j{i}", *r, arrival=float(i)) for i, r in enumerate(queue)]
     req = CycleRequest(1000.0, tuple(jobs), nodes, 0.5, queue=True)
-    greedy = LeastLoaded().place(req, random.Random(0))
-    bf = BackfillPlacement(reserve_after=None, fair=False).place(req, random.Random(0))
+    greedy = LeastLoaded().schedule(req, random.Random(0))
+    bf = BackfillPlacement(reserve_after=None, fair=False).schedule(req, random.Random(0))
     assert {j: p.nodes for j, p in bf.placed.items()} == {
         j: p.nodes for j, p in greedy.placed.items()}
 
@@ -198,7 +196,7 @@ def test_screening_out_jobs_that_cannot_fit_changes_no_placement_and_no_reason(
                  for i, r in enumerate(queue))
     req = CycleRequest(100_000.0, jobs, nodes, 0.5, queue=True, running=tuple(running))
     replies = [
-        BackfillPlacement(outlier=outlier, fair=fair, screen=screen).place(req, random.Random(0))
+        BackfillPlacement(outlier=outlier, fair=fair, screen=screen).schedule(req, random.Random(0))
         for screen in (True, False)
     ]
     screened, tried = replies

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from global_manager.core import GlobalConfig, GlobalManagerCore, QueueMode
-from global_manager.flow_placement import ReasonKind
+from global_manager.pending_job import ReasonKind
 from global_manager.policies import get_policy
 from workloads.model import JobPhase, JobSpec, Node, QosClass, SubtaskSpec
 

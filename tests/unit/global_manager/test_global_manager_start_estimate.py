@@ -6,21 +6,22 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from global_manager.core import RESERVE_AFTER, GlobalConfig, GlobalManagerCore
-from global_manager.flow_placement import PendingSubtask, _fits, _max_matching
-from global_manager.placer import hold_shadow
+from global_manager.fit import fits, max_matching
+from global_manager.flow_policy import hold_shadow
+from global_manager.pending_job import PendingJob
 from global_manager.policies import get_policy
 from global_manager.start_estimate import (
     Booking,
     EstimateCache,
     EstimateNode,
     Hold,
-    QueuedJob,
     StartEstimateRequest,
     estimate_starts,
 )
@@ -38,9 +39,10 @@ def nodes(*budgets: float, labels: dict[str, frozenset[str]] | None = None
 
 
 def job(job_id: str, *rates: float, run: float, labels: tuple[frozenset[str], ...] = ()
-        ) -> QueuedJob:
+        ) -> PendingJob:
+    """A pending job whose subtasks each run ``run`` s at their expected rates."""
     labs = labels or tuple(frozenset() for _ in rates)
-    return QueuedJob(job_id, tuple(PendingSubtask(r, lab) for r, lab in zip(rates, labs)), run)
+    return PendingJob(job_id, "u", tuple(r * run for r in rates), rates, rates, labs)
 
 
 # ----------------------------------------------------------------- hand-built queues
@@ -99,7 +101,7 @@ def test_labels_are_respected_and_a_job_no_node_can_take_has_no_estimate() -> No
     assert reply.nodes["x"] == ("a",)
 
 
-def test_a_labelled_gang_takes_the_one_matching_that_fits() -> None:
+def test_a_labelled_gang_takes_the_one_matching_thatfits() -> None:
     # Only a has gpu; subtask 0 (gpu, 30) must go on a, subtask 1 (60) then on b, whose
     # 60 free is less than a's 100: largest-rate-first alone would put subtask 1 on a.
     req = StartEstimateRequest(
@@ -222,10 +224,10 @@ def requests(draw: st.DrawFn) -> StartEstimateRequest:
     return StartEstimateRequest(now, ns, tuple(running), tuple(queue))
 
 
-def _fits_whole(req: StartEstimateRequest, j: QueuedJob, free: dict[str, float]) -> bool:
+def _fits_whole(req: StartEstimateRequest, j: PendingJob, free: dict[str, float]) -> bool:
     eligible = [[k for k, n in enumerate(req.nodes)
-                 if s.labels <= n.labels and _fits(s.rate, free[n.name])] for s in j.subtasks]
-    return all(eligible) and _max_matching(eligible) == len(j.subtasks)
+                 if s.labels <= n.labels and fits(s.rate, free[n.name])] for s in j.subtasks]
+    return all(eligible) and max_matching(eligible) == len(j.subtasks)
 
 
 @settings(max_examples=200, deadline=None)
@@ -266,7 +268,7 @@ def test_identical_jobs_get_their_estimates_in_queue_order(
         return
     twin = req.queue[where % len(req.queue)]
     req2 = StartEstimateRequest(req.now, req.nodes, req.running,
-                                req.queue + (QueuedJob("twin", twin.subtasks, twin.run_time),))
+                                req.queue + (replace(twin, job_id="twin"),))
     starts = estimate_starts(req2).starts
     first, second = starts[twin.job_id], starts["twin"]
     assert (first is None) == (second is None)
@@ -292,7 +294,7 @@ def test_the_estimated_schedule_never_overbooks_a_node(req: StartEstimateRequest
         for n in budget:
             load = sum(r for end, begin, node, r in intervals
                        if node == n and begin <= t < end)
-            assert _fits(load, budget[n])
+            assert fits(load, budget[n])
 
 
 # ------------------------------------------------------------------------- the core
