@@ -67,8 +67,8 @@ from typing import Any, Protocol
 
 from coallocator.messages import ProgressReport, ReweightCommand
 from global_manager.engine import apply_commands
+from local_manager.executor_records import ExecutorState
 from local_manager.exit_recorder import describe as describe_exit
-from local_manager.process_executor import ExecutorState
 from local_manager.scheduler import CycleResult, LocalScheduler
 from runtime.config import ExecutorKind, RuntimeConfig
 from runtime.timebase import ModelClock, boundary_index
@@ -723,7 +723,7 @@ class NodeRuntime:
             # Also the subtasks orphaned by a local manager that was killed on this node
             # (their owner is gone): `coalloc down` leaves none behind. Those of another
             # node's manager that Ray is restarting stay for it to re-attach.
-            from local_manager.process_executor import reap_stale_subtasks
+            from local_manager.sweep import reap_stale_subtasks
 
             try:
                 reap_stale_subtasks(own_restart_file=self.checkpoint)

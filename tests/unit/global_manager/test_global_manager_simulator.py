@@ -58,8 +58,8 @@ def test_one_subtask_alone_runs_at_full_speed_when_work_conserving() -> None:
 
 
 def test_a_subnormal_arrival_is_reached() -> None:
-    # 5e-324 s / 10 s underflows to 0: the jump must still reach the boundary after it
-    # (it used to set the clock to 0 again and again).
+    # 5e-324 s / 10 s underflows to 0: the jump must still reach the boundary after it,
+    # not set the clock to 0 again and again.
     w = Workload((Node("a", 1000.0),), (strict_job("j1", 5e-324, 10_000.0),))
     r = simulate(w, "strict", seed=0, config=TEN)
     assert r.jobs[0].admitted and r.jobs[0].completed
