@@ -82,8 +82,8 @@ DEFAULT_MAX_RUNNING: Mapping[QueueName, int | None] = {
 #: Work below this many Mcycles counts as done (absorbs float rounding).
 WORK_EPSILON = 1e-6
 
+#: A subtask's key: (job id, subtask index).
 Key = tuple[str, int]
-"""A subtask's key: (job id, subtask index)."""
 
 
 class VirtualSubtaskMode(str, Enum):
