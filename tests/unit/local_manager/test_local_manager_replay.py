@@ -7,7 +7,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from local_manager.replay import ReplayingScheduler
-from local_manager.scheduler import LocalSchedulerConfig, VirtualSubtaskMode
+from local_manager.scheduler import LocalScheduler, LocalSchedulerConfig, VirtualSubtaskMode
 from tests.unit.local_manager.test_local_manager_scheduler import sub
 from workloads.model import Demand, Node, QosClass, QueueName
 
@@ -177,3 +177,59 @@ def test_the_near_end_replay_does_happen_and_saves_splits() -> None:
                 s.remove(key)
         counts.append(s.fresh_splits)
     assert counts[0] < counts[1], counts
+
+
+# ------------------------------------------------- the lean path against the model itself
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    cores=st.sampled_from([1.0, 2.0]),
+    wc=st.booleans(),
+    mode=st.sampled_from(list(VirtualSubtaskMode)),
+    works=st.lists(
+        st.tuples(st.sampled_from(list(QosClass)), st.floats(2e3, 2e5),
+                  st.sampled_from([0.3, 77.7, 200.0]), st.sampled_from([0.0, 40.0])),
+        min_size=1, max_size=7,
+    ),
+    changes=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 30),
+                  st.sampled_from([0.0, 300.0, 700.0, 1500.0])),
+        max_size=8,
+    ),
+    cycles=st.integers(4, 30),
+)
+def test_the_lean_path_books_what_the_model_steps(
+    cores: float, wc: bool, mode: VirtualSubtaskMode,
+    works: list[tuple[QosClass, float, float, float]],
+    changes: list[tuple[int, int, float]], cycles: int,
+) -> None:
+    """:meth:`ReplayingScheduler.step_lean` (replays, the near-end proof) books, to the
+    bit, what the model's :meth:`LocalScheduler.step` (every split afresh) books: the
+    same CPU used, idle virtual share, finishes, and per grid QoS subtask the same
+    expected and granted work, virtual time and available work."""
+    node = Node("n", 1000.0, cores=cores)
+    cfg = LocalSchedulerConfig(work_conserving=wc, virtual_mode=mode)
+    model, lean = LocalScheduler(node, cfg), ReplayingScheduler(node, cfg)
+    for s in (model, lean):
+        for i, (qos, work, weight, virtual) in enumerate(works):
+            s.add(sub(f"j{i}", qos, work=work, rate=200.0, weight=weight,
+                      virtual=virtual if qos is not QosClass.LOCAL else 0.0), 0.0)
+    for c in range(1, cycles + 1):
+        for i, at, rate_cap in changes:
+            if at == c and i < len(works):
+                key = (f"j{i}", 0)
+                for s in (model, lean):
+                    t = s.get(key)
+                    if t is not None and t.finish_time is None:
+                        s.set_weights(key, t.weight, t.virtual_weight, rate_cap)
+        stepped, booked = model.step(30.0 * c, 30.0), lean.step_lean(30.0 * c, 30.0)
+        assert booked.used == stepped.used and booked.virtual_idle == stepped.virtual_idle
+        assert tuple(booked.finished) == stepped.finished
+        assert [(r.job_id, r.subtask, r.expected_work, r.granted_work, r.virtual_time,
+                 r.available_work) for r in stepped.reports] == [
+            (job, index, x, g, tv, a) for _q, job, index, x, g, _w, tv, _d, a in booked.rows
+        ]
+        for key in booked.finished:
+            model.remove(key)
+            lean.remove(key)
