@@ -79,11 +79,11 @@ class SimConfig:
     #: The reference mode: every node and the controller through their public cycle
     #: (``LocalScheduler.step``, progress report records, ``ControllerCore.ingest``), as
     #: the live runtime drives them; off, the simulator takes the schedulers' lean path
-    #: (the same arithmetic in the same order; :meth:`LocalScheduler.step_lean`).
+    #: (the same arithmetic in the same order; :mod:`local_manager.replay`).
     step_every_cycle: bool = False
     #: Lean mode only: a node whose entry nears its end (so that its cap moves every
     #: cycle) replays its last split when it is shown to be the same to the bit
-    #: (:meth:`LocalScheduler._near_end_split`); off = compute such splits afresh, as
+    #: (:meth:`ReplayingScheduler._near_end_split`); off = compute such splits afresh, as
     #: the reference does. The same bytes either way.
     replay_near_end: bool = True
     #: ``reject`` (the paper) or ``wait`` (the pending queue); a string is accepted.

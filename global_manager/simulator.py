@@ -9,17 +9,17 @@ after the next arrival. One seeded RNG per run; the same inputs give the same by
 
 Two ways through a cycle give the same bytes: the reference
 (``SimConfig.step_every_cycle``) drives every node and the controller through their
-public per-cycle path (:meth:`LocalScheduler.step`, progress report records,
-:meth:`ControllerCore.ingest`) as the live runtime does; the default takes the
-schedulers' lean path (:meth:`LocalScheduler.step_lean`: the same booking loop, its
-figures handed to :meth:`ControllerCore.ingest_progress` without records). Each node
-replays its last split while nothing that decides it changed (a countdown, not a test
-every cycle), and, in the lean mode only, through cycles in which entries near their end
-move their caps when the split is shown to be the same to the bit
-(``SimConfig.replay_near_end``; the reference computes those splits afresh).
-``SimConfig.fast_forward`` (on by default) also replays whole quiet stretches of the
-grid (:func:`_replay_stretch`): the clocks summed cycle by cycle and every control
-period checked on them, so the bytes stay stepping's.
+public per-cycle path (:meth:`LocalScheduler.step`, which splits every cycle afresh,
+progress report records, :meth:`ControllerCore.ingest`) as the live runtime does; the
+default takes the schedulers' lean path (:mod:`local_manager.replay`:
+:meth:`ReplayingScheduler.step_lean`, the model's booking loop with its figures handed to
+:meth:`ControllerCore.ingest_progress` without records). Each node replays its last split
+while nothing that decides it changed (a countdown, not a test every cycle) and through
+cycles in which entries near their end move their caps when the split is shown to be the
+same to the bit (``SimConfig.replay_near_end``). ``SimConfig.fast_forward`` (on by
+default) also replays whole quiet stretches of the grid (:func:`_replay_stretch`): the
+clocks summed cycle by cycle and every control period checked on them, so the bytes stay
+stepping's.
 
 With ``SimConfig.queue == "wait"`` strict jobs that do not fit wait in the global
 manager's pending queue; each step, after the arrivals, one placement cycle
@@ -47,7 +47,8 @@ from global_manager.config import SimConfig
 from global_manager.core import Admission, GlobalManagerCore, QueueMode
 from global_manager.engine import apply_commands, control_cycle, node_cycle, start_run
 from global_manager.policies import Policy, get_policy
-from local_manager.scheduler import CycleResult, LocalScheduler
+from local_manager.replay import ReplayingScheduler
+from local_manager.scheduler import CycleResult
 from workloads.messages import JobRegistration
 from workloads.model import JobPhase, JobSpec, QosClass, QueueName, Subtask, Workload
 from workloads.native import picklable_frozen_records
@@ -165,7 +166,7 @@ def simulate(
     waits = cfg.queue is QueueMode.WAIT
     placement_seconds = 0.0
     local_cfg = cfg.local_config(pol)
-    schedulers = {n.name: LocalScheduler(n, local_cfg) for n in workload.nodes}
+    schedulers = {n.name: ReplayingScheduler(n, local_cfg) for n in workload.nodes}
     for sched in schedulers.values():
         sched.replay_near_end = cfg.replay_near_end
     ctl = ControllerCore(
@@ -186,7 +187,7 @@ def simulate(
     q = cfg.cycle
     active = 0  # subtasks placed and not finished
     stepping = cfg.step_every_cycle
-    sentinel: list[LocalScheduler] = []  # _quiet_span's first node to ask
+    sentinel: list[ReplayingScheduler] = []  # _quiet_span's first node to ask
     measures = gm.measures_capacity
     ingest = ctl.ingest_progress
     try:
@@ -326,7 +327,7 @@ def _replay_stretch(
     q: float,
     span: int,
     control_every: int,
-    schedulers: dict[str, LocalScheduler],
+    schedulers: dict[str, ReplayingScheduler],
     ctl: ControllerCore,
     clock: ManualClock,
     used: dict[str, float],
@@ -335,7 +336,7 @@ def _replay_stretch(
 ) -> tuple[int, float, float]:
     """Replay up to ``span`` quiet cycles from ``now`` (s) in one go, with stepping's
     bytes: every node's clocks are summed cycle by cycle (previewed, then booked by
-    :meth:`LocalScheduler.fast_forward` with the same arithmetic), the controller checks
+    :meth:`ReplayingScheduler.fast_forward` with the same arithmetic), the controller checks
     each period on those exact clocks (:meth:`ControllerCore.stretch_quiet_periods`) and
     the stretch ends before the first period that would decide something; the
     utilisation sums are added cycle by cycle, node by node, as stepping adds them.
@@ -362,7 +363,7 @@ def _replay_stretch(
         end = clock.advance(q)
     ctl.fast_forward_stretch(times[ce - 1::ce][:periods], clocks)
     for _, sched in busy:
-        sched.fast_forward(replayed, q, end)
+        sched.fast_forward(replayed, q)
     for _ in range(replayed):
         for name, (u, qos_used, idle) in totals:
             used[name] += u
@@ -380,12 +381,12 @@ def _quiet_span(
     q: float,
     cycles: int,
     cfg: SimConfig,
-    schedulers: dict[str, LocalScheduler],
+    schedulers: dict[str, ReplayingScheduler],
     ctl: ControllerCore,
     jobs: list[JobSpec],
     next_job: int,
     expiry: float | None = None,
-    sentinel: list[LocalScheduler] | None = None,
+    sentinel: list[ReplayingScheduler] | None = None,
 ) -> int:
     """How many cycles from ``now`` can be replayed without changing any decision: no
     arrival, no expiry, no finish, no re-weighting, and no control window firing before
@@ -434,7 +435,7 @@ class _Outcome:
 
 
 def _observe_capacity(
-    gm: GlobalManagerCore, schedulers: dict[str, LocalScheduler], cycle: float
+    gm: GlobalManagerCore, schedulers: dict[str, ReplayingScheduler], cycle: float
 ) -> None:
     """Feed admission the QoS capacity each node measures now (Mcycles/s): what the
     live local managers report in their status."""
@@ -457,7 +458,7 @@ def _admit(
     spec: JobSpec,
     now: float,
     gm: GlobalManagerCore,
-    schedulers: dict[str, LocalScheduler],
+    schedulers: dict[str, ReplayingScheduler],
     ctl: ControllerCore,
     results: dict[str, _Outcome],
 ) -> int:
@@ -472,7 +473,7 @@ def _start(
     out: _Outcome,
     adm: Admission,
     now: float,
-    schedulers: dict[str, LocalScheduler],
+    schedulers: dict[str, ReplayingScheduler],
     ctl: ControllerCore,
 ) -> int:
     """Hand a placed job's subtasks to their nodes and the controller."""

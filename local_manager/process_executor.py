@@ -3,10 +3,13 @@ cycle to the CPU share its local manager grants, with the CPU time it really got
 (that measurement is x-bar in eq. 4 of the SQ paper, ``docs/model.md`` §3), killed whole
 at the end, and adoptable by a new owner after a local-manager restart.
 
-The parts live in sibling modules, re-exported here: :mod:`local_manager.proc_tree`
+Its parts live in sibling modules, imported from there: :mod:`local_manager.proc_tree`
 (process trees and CPU times through psutil, owner markers, the child subreaper),
 :mod:`local_manager.cgroups` (cgroup v2 detection, the per-subtask cgroup, ``cpu.max``,
-``cgroup.kill``) and :mod:`local_manager.pacer` (duty cycling).
+``cgroup.kill``), :mod:`local_manager.pacer` (duty cycling),
+:mod:`local_manager.executor_records` (the modes, states, the per-cycle usage and the
+checkpoint record) and :mod:`local_manager.exit_recorder`. The sweep for subtasks whose
+owner died is :mod:`local_manager.sweep`.
 
 Units
     Time in seconds of the executor's clock (injected; default ``time.monotonic``). CPU time
@@ -55,10 +58,10 @@ Cleanup
     period, then SIGKILL (``cgroup.kill`` for a cgroup), and every member that is this
     process's child is reaped. A SIGKILL of the owning process itself runs no cleanup (no
     code can); every subtask process therefore carries :data:`OWNER_ENV` and
-    :data:`TAG_ENV` in its environment, and :func:`reap_stale_subtasks` (called by a new
-    owner at start-up) kills those whose owner is gone, with their descendants and their
-    cgroup, except those being re-attached and those their owner's restart file still
-    holds for its restart (``restart_file``; :func:`awaiting_reattach_removed`).
+    :data:`TAG_ENV` in its environment, and :func:`local_manager.sweep.reap_stale_subtasks`
+    (called by a new owner at start-up) kills those whose owner is gone, with their
+    descendants and their cgroup, except those being re-attached and those their owner's
+    restart file still holds for its restart (``restart_file``).
 
 Exit status
     The command is started through :mod:`local_manager.exit_recorder`: a small Python
@@ -69,8 +72,8 @@ Exit status
     ``status_dir``, default :func:`~local_manager.exit_recorder.default_status_dir`)
     before it exits the same way. A live owner reads the status as before (``wait`` on
     its child); a re-attached owner, which is not the leader's parent, reads the file.
-    The file is removed when the executor finishes or is closed, and by
-    :func:`reap_stale_subtasks` for the subtasks it kills or whose recorder is gone.
+    The file is removed when the executor finishes or is closed, and by the sweep
+    (:mod:`local_manager.sweep`) for the subtasks it kills or whose recorder is gone.
 
 Re-attaching
     :meth:`ProcessExecutor.checkpoint` returns an :class:`ExecutorRecord` (pid, pgid,
@@ -91,6 +94,7 @@ Re-attaching
 from __future__ import annotations
 
 import atexit
+import logging
 import math
 import os
 import secrets
@@ -106,21 +110,13 @@ from pathlib import Path
 
 from local_manager import exit_recorder
 from local_manager.cgroups import (
-    CGROUP_MIN_QUOTA_US,
     CGROUP_NAME_PREFIX,
     CGROUP_PARENT_ENV,
-    CGROUP_PERIOD_US,
     SubtaskCgroup,
-    cgroup2_mounts,
-    cgroup_parent_usable,
-    cpu_max_value,
     detect_cgroup_containment,
     detect_cgroup_v2,
-    own_cgroup2_path,
-    process_cgroup_dir,
 )
 from local_manager.executor_records import (
-    RECORD_VERSION,
     Containment,
     CycleUsage,
     ExecutorRecord,
@@ -129,7 +125,6 @@ from local_manager.executor_records import (
     parse_containment,
     parse_mode,
     select_limit_mode,
-    share_for_grant,
     validate_argv,
     validate_env,
 )
@@ -139,58 +134,15 @@ from local_manager.proc_tree import (
     PSUTIL,
     RESTART_FILE_ENV,
     TAG_ENV,
-    ProcessTable,
     ProcSample,
-    PsutilTable,
     TreeCpuMeter,
     acquire_child_subreaper,
-    owner_alive,
     owner_marker,
     release_child_subreaper,
     same_process,
-    stale_subtasks,
 )
 
-__all__ = [
-    "CGROUP_MIN_QUOTA_US",
-    "CGROUP_PARENT_ENV",
-    "CGROUP_PERIOD_US",
-    "DEFAULT_GRACE_S",
-    "DEFAULT_PERIOD_S",
-    "DEFAULT_RESCAN_S",
-    "OWNER_ENV",
-    "REATTACH_WAIT_S",
-    "RECORD_VERSION",
-    "RESTART_FILE_ENV",
-    "TAG_ENV",
-    "Containment",
-    "CycleUsage",
-    "DutyCyclePacer",
-    "ExecutorRecord",
-    "ExecutorState",
-    "LimitMode",
-    "ProcSample",
-    "ProcessExecutor",
-    "ProcessTable",
-    "PsutilTable",
-    "SubtaskCgroup",
-    "TreeCpuMeter",
-    "acquire_child_subreaper",
-    "cgroup2_mounts",
-    "cgroup_parent_usable",
-    "cpu_max_value",
-    "detect_cgroup_containment",
-    "detect_cgroup_v2",
-    "awaiting_reattach_removed",
-    "owner_marker",
-    "own_cgroup2_path",
-    "reap_stale_subtasks",
-    "release_child_subreaper",
-    "select_limit_mode",
-    "share_for_grant",
-    "stale_subtasks",
-    "validate_argv",
-]
+log = logging.getLogger("coalloc.local_manager")
 
 #: Default interval (s) between full scans of the machine's processes (psutil reads every
 #: process, about 1-3 ms per 100). In between, new members are found through the
@@ -198,203 +150,19 @@ __all__ = [
 DEFAULT_RESCAN_S = 1.0
 #: Default time (s) between SIGTERM and SIGKILL.
 DEFAULT_GRACE_S = 2.0
-# Poll interval (s) while waiting for a signalled tree to die.
-_KILL_POLL_S = 0.01
-# How long (s) to wait for SIGKILLed members to become reapable.
-_KILL_SETTLE_S = 2.0
+#: Poll interval (s) while waiting for a signalled tree to die.
+KILL_POLL_S = 0.01
+#: How long (s) to wait for SIGKILLed members to become reapable.
+KILL_SETTLE_S = 2.0
 
-
-# --------------------------------------------------------------------------- stale subtasks
-
-
-def reap_stale_subtasks(
-    proc_root: Path = Path("/proc"),
-    keep_tags: Iterable[str] = (),
-    status_dir: Path | None = None,
-    own_restart_file: Path | None = None,
-) -> list[int]:
-    """SIGKILL every subtask process whose owner no longer exists, with its descendants
-    and its cgroup; return the pids signalled, ascending.
-
-    For the one exit no cleanup code survives: the owner SIGKILLed (``ray.kill`` on the
-    local-manager actor). Its subtasks would keep running, or stay stopped, forever; a new
-    local manager calls this at start-up. Subtasks whose tag is in ``keep_tags``, or held
-    by a live executor of this process (re-attached), are left alone: attach first, then
-    reap. See :func:`stale_subtasks`. Descendants are included even when they dropped the
-    owner marker from their environment (exec with a clean environment), and a stale
-    process's ``coalloc-*`` cgroup is killed whole (``cgroup.kill``) and removed once empty.
-    Status files in ``status_dir`` (default: the default one) are removed for the subtasks
-    killed here, and for those not kept, with no process left and older than
-    :data:`STALE_STATUS_S` (a command that ended while its manager was down, whose
-    manager never came back; a restarting manager reads its file within seconds).
-
-    Subtasks whose owner is being restarted are not this sweep's to kill (see
-    :func:`awaiting_reattach_removed`): any owner on the machine sweeps at its start and
-    at its close, another deployment's too, and would otherwise kill a command while its
-    own manager is down, before that manager re-attaches it ("ended while its manager was
-    down; exit status lost"). ``own_restart_file``: the caller's own restart file (the
-    subtasks naming it are the caller's to keep, by ``keep_tags``, or to kill).
-    """
-    keep = set(keep_tags) | {ex._tag for ex in list(_LIVE) if ex._tag}
-    try:
-        directory: Path | None = status_dir or exit_recorder.default_status_dir()
-    except OSError:
-        directory = None
-    stale = adopted_elsewhere_removed(stale_subtasks(PSUTIL, keep), directory)
-    stale = awaiting_reattach_removed(stale, own_restart_file, PSUTIL)
-    tags = set()
-    for pid in stale:
-        env = PSUTIL.environ(pid)
-        if env and env.get(TAG_ENV):
-            tags.add(env[TAG_ENV])
-    try:
-        killed = _reap(stale, proc_root) if stale else []
-    finally:
-        _remove_stale_status_files(directory, keep, tags)
-    return killed
-
-
-def adopted_elsewhere_removed(
-    stale: list[int], status_dir: Path | None, table: ProcessTable = PSUTIL
-) -> list[int]:
-    """``stale`` without the subtasks a live executor of another process re-attached:
-    their environment still names the dead owner that started them, but the owner file
-    next to their status file (written by :meth:`ProcessExecutor.attach`) names a live
-    one. Another local manager on the host (another deployment's, or one starting up)
-    must not kill them."""
-    if status_dir is None or not stale:
-        return stale
-    alive: dict[str, bool] = {}
-    out = []
-    for pid in stale:
-        env = table.environ(pid) or {}
-        tag = env.get(TAG_ENV)
-        if tag:
-            if tag not in alive:
-                marker = exit_recorder.read_owner(exit_recorder.status_path(status_dir, tag))
-                alive[tag] = marker is not None and owner_alive(marker, table)
-            if alive[tag]:
-                continue
-        out.append(pid)
-    return out
-
-
-#: How long (s) after its last write a restart file still holds its subtasks for the
-#: owner's restart (:func:`awaiting_reattach_removed`). A live local manager rewrites its
-#: checkpoint every cycle; the global manager gives a restarting one at most
-#: ``max(node_timeout, MANAGER_RESTART_WAIT_S)`` (120 s real) before it declares the node
-#: lost, so a manager it still waits for always finds its processes.
-REATTACH_WAIT_S = 300.0
-
-
-def awaiting_reattach_removed(
-    stale: list[int],
-    own_restart_file: Path | None = None,
-    table: ProcessTable = PSUTIL,
-    now: float | None = None,
-) -> list[int]:
-    """``stale`` without the subtasks whose own (crashed) owner will re-attach them:
-    their environment names a restart file (:data:`RESTART_FILE_ENV`) other than
-    ``own_restart_file`` that exists, names the subtask's tag, and was written less than
-    :data:`REATTACH_WAIT_S` ago (``now``: s since the epoch, default the current time).
-    A restart file that is gone (``coalloc down`` removed it), that no longer names the
-    tag (its owner let the subtask go), or that has not been written for that long (its
-    owner is not coming back) holds nothing: those subtasks stay stale."""
-    if not stale:
-        return stale
-    when = time.time() if now is None else now
-    own = own_restart_file.absolute() if own_restart_file is not None else None
-    held: dict[str, str | None] = {}  # restart file -> its text while it holds, else None
-    out = []
-    for pid in stale:
-        env = table.environ(pid) or {}
-        path, tag = env.get(RESTART_FILE_ENV), env.get(TAG_ENV)
-        if path and tag and Path(path) != own:
-            if path not in held:
-                held[path] = _holding_text(Path(path), when)
-            text = held[path]
-            if text is not None and tag in text:
-                continue
-        out.append(pid)
-    return out
-
-
-def _holding_text(path: Path, now: float) -> str | None:
-    """The text of restart file ``path`` if it was written within REATTACH_WAIT_S of
-    ``now``, else None (also when it is missing or unreadable)."""
-    try:
-        if now - path.stat().st_mtime > REATTACH_WAIT_S:
-            return None
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-
-
-#: Age (s) after which the status file of a subtask with no process left, that no
-#: checkpoint names, is removed by :func:`reap_stale_subtasks`.
-STALE_STATUS_S = 3600.0
-
-
-def _remove_stale_status_files(status_dir: Path | None, keep: set[str], killed: set[str]) -> None:
-    """Remove the status files of the ``killed`` tags, and those of subtasks not in
-    ``keep`` whose processes are all gone and that are older than STALE_STATUS_S."""
-    if status_dir is None:
-        return
-    try:
-        files = list(status_dir.glob(f"*{exit_recorder.STATUS_SUFFIX}"))
-    except OSError:
-        return
-    if not files:
-        return
-    live_tags = {ex._tag for ex in list(_LIVE) if ex._tag}
-    for pid in PSUTIL.pids():
-        env = PSUTIL.environ(pid)
-        if env and TAG_ENV in env:
-            live_tags.add(env[TAG_ENV])
-    now = time.time()
-    for path in files:
-        tag = path.name[: -len(exit_recorder.STATUS_SUFFIX)]
-        try:
-            old = now - path.stat().st_mtime > STALE_STATUS_S
-            if tag in killed or (tag not in keep and tag not in live_tags and old):
-                exit_recorder.remove_status(path)
-        except OSError:
-            pass
-
-
-def _reap(stale: list[int], proc_root: Path) -> list[int]:
-    targets = set(stale)
-    for pid in stale:
-        targets.update(PSUTIL.descendants(pid))
-    cgroups: dict[Path, SubtaskCgroup] = {}
-    for pid in stale:
-        path = process_cgroup_dir(pid, proc_root)
-        if path is not None and path.name.startswith(CGROUP_NAME_PREFIX) and path not in cgroups:
-            try:
-                cgroups[path] = SubtaskCgroup.open(path)
-            except OSError:
-                continue
-    for cgroup in cgroups.values():
-        targets.update(cgroup.procs())
-        try:
-            cgroup.kill()
-        except OSError:
-            pass
-    killed = []
-    for pid in sorted(targets):
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + _KILL_SETTLE_S
-    for cgroup in cgroups.values():
-        while not cgroup.remove() and time.monotonic() < deadline:
-            time.sleep(_KILL_POLL_S)
-    return killed
-
-
+# The executors of this process that hold a subtask (started or re-attached, not closed).
 _LIVE: weakref.WeakSet[ProcessExecutor] = weakref.WeakSet()
+
+
+def live_tags() -> set[str]:
+    """The tags of the subtasks this process's executors hold: no sweep of this
+    process kills them (:func:`local_manager.sweep.reap_stale_subtasks`)."""
+    return {ex.tag for ex in list(_LIVE) if ex.tag}
 
 
 def _close_all_at_exit() -> None:
@@ -422,15 +190,19 @@ class ProcessExecutor:
     members, ``grace_s`` the SIGTERM-to-SIGKILL delay (s). ``clock``/``sleep`` are the time
     source (s) and the blocking wait used by :meth:`run_cycle` and the kill sequence.
     ``env`` replaces the environment (None: inherit this process's); either way
-    :data:`OWNER_ENV` and :data:`TAG_ENV` are added so that :func:`reap_stale_subtasks`
-    can find the processes if this owner dies without cleaning up. ``status_dir`` is where
+    :data:`OWNER_ENV` and :data:`TAG_ENV` are added so that the sweep
+    (:func:`local_manager.sweep.reap_stale_subtasks`) can find the processes if this owner
+    dies without cleaning up. ``status_dir`` is where
     the exit recorder writes the command's exit status (None:
     :func:`~local_manager.exit_recorder.default_status_dir`); see "Exit status" above.
     ``restart_file``: the owner's restart file, when the owner is restarted after a crash
     and re-attaches the subtasks that file names (it goes into the command's environment
-    as :data:`RESTART_FILE_ENV`; see :func:`awaiting_reattach_removed`).
+    as :data:`RESTART_FILE_ENV`; see :func:`local_manager.sweep.awaiting_reattach_removed`).
     :attr:`exit_reason` says why :attr:`exit_code` is None once the subtask has ended
-    without a readable status.
+    without a readable status. :attr:`containment` and :attr:`mode` say how the subtask is
+    held, :attr:`containment_reason` and :attr:`mode_reason` why; the log says it once
+    per start or re-attach (INFO) and again whenever the kernel refuses the cgroup or
+    ``cpu.max`` and the executor falls back (WARNING).
 
     Use: :meth:`start` (or :meth:`attach` to adopt a running one), then per cycle either
     :meth:`run_cycle` (blocking) or :meth:`begin_cycle`, :meth:`step` until it returns None
@@ -546,6 +318,10 @@ class ProcessExecutor:
         self._cycle_end = 0.0
         self._last_scan = -math.inf
         self.leftover_pids: tuple[int, ...] = ()
+        # A fallback from the containment or limit mode chosen above, and whether the
+        # start or re-attach line is in the log yet (a fallback before it is said there).
+        self._fell_back = False
+        self._announced = False
 
     # ------------------------------------------------------------------ properties
 
@@ -677,6 +453,7 @@ class ProcessExecutor:
             _LIVE.add(self)
             self._scan()
             self._update_total()
+            self._announce("started")
 
     def _check_executable(self, env: Mapping[str, str]) -> None:
         """ValueError naming ``argv[0]`` unless it names an executable file (as ``execvp``
@@ -753,6 +530,7 @@ class ProcessExecutor:
             if self.mode is LimitMode.CGROUP_V2:
                 self.mode = LimitMode.DUTY_CYCLE
                 self.mode_reason = f"cgroup v2 failed ({exc}); duty cycling instead"
+            self._fall_back()
             return
         self.containment = Containment.CGROUP
         if self.mode is LimitMode.CGROUP_V2:
@@ -802,6 +580,7 @@ class ProcessExecutor:
         if self.mode is LimitMode.CGROUP_V2:
             self.mode = LimitMode.DUTY_CYCLE
             self.mode_reason = f"cgroup v2 failed ({exc}); duty cycling instead"
+        self._fall_back()
         # Accounting continues from the tree: never below what was measured.
         if self._meter is not None:
             self._meter.scan()
@@ -816,6 +595,26 @@ class ProcessExecutor:
                 pass
         self.mode = LimitMode.DUTY_CYCLE
         self.mode_reason = f"cgroup v2 failed ({exc}); duty cycling instead"
+        self._fall_back()
+
+    def _fall_back(self) -> None:
+        """The kernel refused the cgroup or ``cpu.max`` chosen for the subtask: warn in
+        the log, now or in the start or re-attach line, so that an operator sees why a
+        subtask is held by its process tree or duty cycling rather than its cgroup."""
+        self._fell_back = True
+        if self._announced:
+            self._log_hold(logging.WARNING, "falls back")
+
+    def _announce(self, event: str) -> None:
+        """Log how the subtask is held, once per start or re-attach: INFO, or WARNING
+        when it already fell back."""
+        self._announced = True
+        self._log_hold(logging.WARNING if self._fell_back else logging.INFO, event)
+
+    def _log_hold(self, level: int, event: str) -> None:
+        log.log(level, "subtask %s (pid %s) %s: %s containment (%s); %s limiting (%s)",
+                self._tag, self._pid, event, self.containment.value, self.containment_reason,
+                self.mode.value, self.mode_reason)
 
     # ------------------------------------------------------------------ re-attaching
 
@@ -915,6 +714,7 @@ class ProcessExecutor:
                     self._cgroup = SubtaskCgroup.open(Path(record.cgroup))
                 except OSError as exc:
                     self.containment_reason = f"re-attached; cgroup gone ({exc})"
+                    self._fall_back()
                 else:
                     self.containment = Containment.CGROUP
                     if record.mode is LimitMode.CGROUP_V2 and self._cgroup.has_cpu_max:
@@ -935,6 +735,7 @@ class ProcessExecutor:
                 except OSError as exc:
                     self._cpu_max_failed(exc)
             self._update_total()
+            self._announce("re-attached" if alive else "re-attached, already ended")
             if not alive:
                 if record.status_file is not None:
                     self._lost_reason = "ended while its manager was down; exit status lost"
@@ -1251,7 +1052,7 @@ class ProcessExecutor:
             self._signal_members(sig, live)
             if self._clock() >= deadline:
                 return False
-            self._sleep(_KILL_POLL_S)
+            self._sleep(KILL_POLL_S)
             live = self._live_members()
         return True
 
@@ -1263,7 +1064,7 @@ class ProcessExecutor:
             self._signal(signal.SIGCONT)
             self._stopped = False
             if not self._terminate(signal.SIGTERM, grace_s):
-                self._terminate(signal.SIGKILL, _KILL_SETTLE_S)
+                self._terminate(signal.SIGKILL, KILL_SETTLE_S)
         leader = PSUTIL.sample(self._pid)
         if leader is not None and not same_process(leader.create_time, self._leader_created):
             leader = None
@@ -1271,7 +1072,7 @@ class ProcessExecutor:
             self._meter.retire(leader)
         if self._popen is not None:
             try:
-                self._exit_code = self._popen.wait(timeout=_KILL_SETTLE_S)
+                self._exit_code = self._popen.wait(timeout=KILL_SETTLE_S)
             except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL was ignored?
                 self._exit_code = None
         elif self._leader_is_child:
@@ -1283,10 +1084,10 @@ class ProcessExecutor:
             self.exit_reason = self._lost_reason
         self._remove_status_file()
         # Members orphaned by the leader's exit reach us as zombies: reap them too.
-        deadline = self._clock() + _KILL_SETTLE_S
+        deadline = self._clock() + KILL_SETTLE_S
         self._scan()
         while self._unfinished() and self._clock() < deadline:
-            self._sleep(_KILL_POLL_S)
+            self._sleep(KILL_POLL_S)
             self._scan()
         self._update_total()
         self.leftover_pids = tuple(s.pid for s in self._unfinished())
@@ -1294,7 +1095,7 @@ class ProcessExecutor:
         if self._cgroup is not None:
             # Empty once every member has exited (zombies do not count).
             while not self._cgroup.remove() and self._clock() < deadline:
-                self._sleep(_KILL_POLL_S)
+                self._sleep(KILL_POLL_S)
         self._state = final
         _LIVE.discard(self)
         self._release_subreaper()
@@ -1311,7 +1112,7 @@ class ProcessExecutor:
     def _reap_leader(self) -> int | None:
         """Reap a re-attached leader that is this process's child; its exit status."""
         assert self._pid is not None
-        deadline = self._clock() + _KILL_SETTLE_S
+        deadline = self._clock() + KILL_SETTLE_S
         while True:
             try:
                 pid, status = os.waitpid(self._pid, os.WNOHANG)
@@ -1321,7 +1122,7 @@ class ProcessExecutor:
                 return os.waitstatus_to_exitcode(status)
             if self._clock() >= deadline:
                 return None
-            self._sleep(_KILL_POLL_S)
+            self._sleep(KILL_POLL_S)
 
     def _release_subreaper(self) -> None:
         if self._subreaper:

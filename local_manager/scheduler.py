@@ -1,33 +1,51 @@
-"""The per-node local scheduler core (LRMS), ``docs/model.md`` §3, "Local scheduler".
+"""The local scheduler of one node: ``docs/model.md`` §3, "Local scheduler (per node, per
+cycle)", with the virtual subtasks of "Controller" step 5, the rate caps of pace control
+("The local scheduler's ``paced`` mode") and the clocks of eqs. (3)-(5).
 
-No I/O and no wall clock: the driver (simulator or live actor) calls :meth:`LocalScheduler.step`
-once per scheduling cycle with the real time at the end of the cycle.
+No I/O and no wall clock: the driver (the live local manager, or the simulator's reference
+mode) calls :meth:`LocalScheduler.step` once per cycle of ``q`` seconds with the real time
+at the cycle's end. The node offers ``speed_mhz * cores * q`` Mcycles per cycle:
 
-Each cycle of length ``q`` seconds the node offers ``speed_mhz * cores * q`` Mcycles:
+1. **Three queues.** Grid-local, grid QoS (strict and loose QoS subtasks and their virtual
+   subtasks) and best effort get the CPU by their weights, 0.3 / 0.5 / 0.2 by default
+   (:meth:`LocalScheduler._split_queues`). Work conserving (the default), a queue that
+   cannot use its share passes it to the others in proportion to their weights (weighted
+   max-min over the queues, each capped by its demand); otherwise, as in the paper, an
+   unused share stays idle.
+2. **Weighted DRF inside a queue** (:meth:`LocalScheduler._share_queue`). A queue's share
+   is split among its entries by weight, each capped by its demand: weighted max-min
+   (water filling) when every entry is CPU-only, the divisible weighted DRF when one has a
+   memory or IO demand (:meth:`LocalScheduler._drf_share`; the queue's memory and IO are
+   its CPU fraction of the node's). An entry's demand is its cores at full speed for the
+   cycle, never more than the work it has left. A subtask's weight starts at its expected
+   rate ``x_i``, so a fully loaded QoS queue gives each subtask its expected rate.
+3. **Virtual subtasks** ("Controller" step 4-5). The controller slows a subtask by moving
+   weight to its virtual subtask, which sits in the QoS queue with that weight. What the
+   mode (:class:`VirtualSubtaskMode`) does with the share a virtual subtask wins:
 
-1. The three queues (grid-local, grid QoS, best effort) get CPU by their weights
-   (0.3 / 0.5 / 0.2 by default). In work-conserving mode a queue that cannot use its
-   share passes it to the others in proportion to their weights (weighted max-min over
-   queues, capped by each queue's demand); otherwise an unused share stays idle.
-2. Inside a queue the share is split among entries by weighted max-min on CPU when every
-   entry is CPU-only, or by the divisible weighted DRF when some entry has a demand
-   vector (memory, IO); each entry is capped by its demand. A queue's share of memory
-   and IO is the same fraction of the node as its CPU share.
-3. Virtual subtasks sit in the QoS queue with their own weight. In ``idle`` mode (the
-   paper) the CPU they win stays idle, so slowing one subtask does not speed up its
-   neighbours. In ``work_conserving`` mode it is lent to the best-effort queue for this
-   cycle only, so it is "taken back at once" the next cycle. In ``paced`` mode (pace
-   control) virtual subtasks are bookkeeping only and take no CPU: a slowed subtask is
-   held to its ``rate_cap`` instead, what it leaves goes to the other QoS entries first
-   (the queue's water filling), and what the QoS queue then leaves unused *because of
-   the caps* is lent, this cycle only, to the best-effort and grid-local queues (by their
-   queue weights, each capped by its unmet demand), even when the queues are not
-   work-conserving: a slow-down never idles the CPU. Conversely CPU that no queue uses
-   in the cycle goes to QoS subtasks that want more (``borrow_idle``; a capped one only
-   up to its cap), so the subtask that bounds its job's pace is not held to the QoS
-   share of an otherwise idle node.
-4. Every placed subtask's virtual clock advances by eqs. (4)-(5); a progress report is
-   emitted for every grid QoS subtask.
+   - ``idle`` (the paper): it stays idle, so slowing one subtask does not speed up its
+     neighbours;
+   - ``work_conserving``: it is lent to the best-effort queue for this cycle only, so it
+     is taken back at once the next cycle (:meth:`LocalScheduler._lend`);
+   - ``paced`` (pace control): virtual subtasks are bookkeeping only and take no CPU. A
+     slowed subtask is held to its ``rate_cap`` instead; what it leaves goes to the other
+     QoS entries first (the queue's water filling), and what the QoS queue then leaves
+     unused *because of the caps* is lent, this cycle only, to the best-effort and
+     grid-local queues (:meth:`LocalScheduler._lend_to_queues`), even when the queues are
+     not work-conserving: a slow-down never idles the CPU. CPU that no queue uses goes to
+     QoS subtasks that want more (``borrow_idle``; a capped one only up to its cap), so
+     the subtask that bounds its job's pace is not held to the QoS share of an otherwise
+     idle node. Each capped subtask also reports what it would have got with every cap
+     lifted (``available_work``, "What a node can give";
+     :meth:`LocalScheduler._available_uncapped`).
+4. **Clocks** (:meth:`LocalScheduler._book`). Every placed subtask's virtual clock moves by
+   eqs. (4)-(5): ``T_V' = T_V + (x_bar / x) (T_R' - T_RP)``, where ``x`` is its expected
+   work in the cycle (its expected rate times ``q``, never more than the work it has
+   left) and ``x_bar`` the work it got. Every grid QoS subtask sends a progress report.
+
+The capacity that admission by measured capacity reads (``C`` of "Admission") is
+:meth:`LocalScheduler.qos_capacity`. The simulator's lean path, which replays a split
+while it provably stays the same, is :mod:`local_manager.replay`.
 """
 
 from __future__ import annotations
@@ -64,14 +82,13 @@ DEFAULT_MAX_RUNNING: Mapping[QueueName, int | None] = {
 #: Work below this many Mcycles counts as done (absorbs float rounding).
 WORK_EPSILON = 1e-6
 
-#: The most cycles a quiet countdown (:meth:`LocalScheduler._can_replay`) runs before the
-#: quiet test is computed afresh (keeps its rounding margin far below one cycle).
-_COUNTDOWN_CAP = 1_000_000
+#: A subtask's key: (job id, subtask index).
+Key = tuple[str, int]
 
 
 class VirtualSubtaskMode(str, Enum):
     """What happens to the CPU share a virtual subtask wins (``docs/model.md`` §3,
-    "Controller", step 5)."""
+    "Controller", step 5; rule 3 of the module docstring)."""
 
     IDLE = "idle"
     WORK_CONSERVING = "work_conserving"
@@ -151,7 +168,7 @@ class CycleResult:
     real_time: float
     grants: tuple[Grant, ...]
     reports: tuple[ProgressReport, ...]
-    finished: tuple[tuple[str, int], ...]
+    finished: tuple[Key, ...]
     queue_cpu: Mapping[QueueName, float]
     virtual_idle: float
     lent_to_best_effort: float
@@ -160,102 +177,16 @@ class CycleResult:
 
 
 #: One entry's cycle as :meth:`LocalScheduler._book` booked it: (queue, job id, subtask
-#: index, expected work x, granted work, work done, T_V after the cycle (s), finished,
-#: available work for the report), work in Mcycles.
+#: index, expected work x, granted work, work done x_bar, T_V after the cycle (s),
+#: finished, available work for the report), work in Mcycles.
 BookedRow = tuple[QueueName, str, int, float, float, float, float, bool, float]
 
-
-@dataclass(slots=True, init=False)
-class LeanCycle:
-    """A cycle as :meth:`LocalScheduler.step_lean` returns it: ``used`` (Mcycles, the
-    sum of the grants in entry order, as :attr:`CycleResult.used`), the grants of the
-    grid QoS entries in entry order (``qos_granted``), the finished keys, one
-    :data:`BookedRow` per grid QoS entry and what the virtual subtasks held idle
-    (Mcycles)."""
-
-    used: float
-    qos_granted: list[float]
-    finished: list[tuple[str, int]]
-    rows: list[BookedRow]
-    virtual_idle: float
-    #: :meth:`LocalScheduler._book`'s ``quiet_bound`` answer (-1: not asked).
-    quiet: int
-
-    # Written out (not generated): one per node per cycle, and a generated constructor
-    # stays interpreted when compiled (docs/decisions.md, "Issue 17, seventh pass").
-    def __init__(
-        self,
-        used: float,
-        qos_granted: list[float],
-        finished: list[tuple[str, int]],
-        rows: list[BookedRow],
-        virtual_idle: float = 0.0,
-        quiet: int = -1,
-    ) -> None:
-        self.used = used
-        self.qos_granted = qos_granted
-        self.finished = finished
-        self.rows = rows
-        self.virtual_idle = virtual_idle
-        self.quiet = quiet
+#: What :meth:`LocalScheduler._book` returns: the CPU used (the grants summed in entry
+#: order), the grid QoS entries' grants in entry order, the finished keys and the rows.
+Booking = tuple[float, list[float], list[Key], list[BookedRow]]
 
 
-@dataclass(slots=True)
-class _SplitInputs:
-    """What a fresh split (:meth:`LocalScheduler._fresh_split`) read of the entries' work
-    left and which of its steps read their caps: kept so that a later cycle in which
-    only some caps moved (an entry near its end) can be shown to split the same
-    (:meth:`LocalScheduler._near_end_split`). CPU in Mcycles per cycle. Mutable: the
-    proof brings ``cap`` up to date as it goes (a split it fails on is dropped)."""
-
-    #: Each running entry's CPU cap (its cores at full speed or its work left, and its
-    #: rate cap under pace control), by key.
-    cap: dict[tuple[str, int], float]
-    #: Under pace control, each rate-capped entry's cap before its rate cap.
-    uncapped: dict[tuple[str, int], float]
-    by_queue: Mapping[QueueName, list[_Entry]]
-    #: Each queue's demand (capped by the node's capacity), in queue order.
-    queue_demand: list[float]
-    #: The QoS demand the rate caps held back, and the QoS share lent on for it.
-    released: float
-    lendable: float
-    #: Virtual subtasks counted in the QoS queue's demand (not paced).
-    n_virtual: int
-    #: What each queue's virtual subtasks held (Mcycles).
-    queue_idle: Mapping[QueueName, float]
-    #: Whether the work-conserving virtual subtasks lent to the best-effort queue, and
-    #: whether idle CPU was lent to the QoS queue (both read those queues' caps).
-    lent_virtual: bool
-    borrowed: bool
-    #: Per running entry in order: the entry, its subtask, its key, its cores at full
-    #: speed for the cycle and, when pace control caps it, its rate cap for the cycle
-    #: (Mcycles; the factors of :meth:`LocalScheduler._fresh_split`'s cap).
-    rows: list[tuple[_Entry, Subtask, tuple[str, int], float, float | None]]
-
-
-@dataclass(slots=True)
-class _LastCycle:
-    cycle: float
-    granted: Mapping[tuple[str, int], float]
-    queue_cpu: Mapping[QueueName, float]
-    virtual_idle: float
-    lent: float
-    available: Mapping[tuple[str, int], float] | None = None
-    #: What the split read (``None``: not kept; :meth:`LocalScheduler.step` keeps none).
-    inputs: _SplitInputs | None = None
-    #: Replayed by :meth:`LocalScheduler._near_end_split` (an entry is near its end: the
-    #: quiet test fails until the split is dropped).
-    near_end: bool = False
-    #: The running entries, in order (kept with ``inputs``).
-    entries: list[_Entry] | None = None
-
-
-def _same_float(a: float, b: float) -> bool:
-    """Whether two floats are the same number, the sign of a zero included."""
-    return a == b and (a != 0.0 or math.copysign(1.0, a) == math.copysign(1.0, b))
-
-
-class _Entry:
+class Entry:
     """A placed subtask with its virtual clock (mutable, owned by the scheduler)."""
 
     __slots__ = ("subtask", "clock", "queue", "key", "cpu_only")
@@ -267,6 +198,49 @@ class _Entry:
         # Fixed for the entry's life (the hot loops read them every cycle).
         self.key = subtask.key
         self.cpu_only = subtask.demand.is_cpu_only
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """One cycle's division of the node's CPU (rules 1-3 of the module docstring) and the
+    figures it was computed from. CPU in Mcycles for the cycle."""
+
+    #: The running entries, in placement order.
+    entries: list[Entry]
+    #: Each running entry's grant.
+    granted: dict[Key, float]
+    #: What each queue received (rule 1).
+    queue_cpu: dict[QueueName, float]
+    #: What virtual subtasks held idle, and what was lent to other queues (rule 3).
+    virtual_idle: float
+    lent: float
+    #: What the node offers.
+    capacity: float
+    #: Per rate-capped QoS subtask, what it would get with every cap lifted (``None``: no
+    #: caps).
+    available: dict[Key, float] | None
+    #: Each running entry's CPU cap: its cores at full speed or its work left, and its
+    #: rate cap under pace control.
+    cap: dict[Key, float]
+    #: Under pace control, each rate-capped entry's cap before its rate cap.
+    uncapped: dict[Key, float]
+    by_queue: dict[QueueName, list[Entry]]
+    #: Each queue's demand (capped by the node's capacity), in queue order.
+    queue_demand: list[float]
+    #: The QoS demand the rate caps held back, and the QoS share lent on for it.
+    released: float
+    lendable: float
+    #: Virtual subtasks counted in the QoS queue's demand (not paced).
+    n_virtual: int
+    #: What each queue's virtual subtasks held.
+    queue_idle: dict[QueueName, float]
+    #: Whether the work-conserving virtual subtasks lent to the best-effort queue, and
+    #: whether idle CPU was lent to the QoS queue.
+    lent_virtual: bool
+    borrowed: bool
+    #: Per running entry in order: the entry, its subtask, its key, its cores at full
+    #: speed and, under pace control, its rate cap (the factors of ``cap``).
+    limits: list[tuple[Entry, Subtask, Key, float, float | None]]
 
 
 class LocalScheduler:
@@ -285,31 +259,15 @@ class LocalScheduler:
         self._queue_shares = [max(self.config.share(q), 1e-12) for q in QueueName]
         # Running entries (share the CPU) and, per capped queue, waiting ones in arrival
         # order; a key is in exactly one of them.
-        self._entries: dict[tuple[str, int], _Entry] = {}
-        self._waiting: dict[QueueName, dict[tuple[str, int], _Entry]] = {q: {} for q in _QUEUES}
+        self._entries: dict[Key, Entry] = {}
+        self._waiting: dict[QueueName, dict[Key, Entry]] = {q: {} for q in _QUEUES}
         self._seq = 0
-        # The last cycle's outcome, kept while nothing that decides the split has changed,
-        # so that quiet cycles can be replayed in one go (fast_forward).
-        self._last: _LastCycle | None = None
-        # (the _LastCycle it is about, cycles it is still known to replay): _can_replay.
-        self._quiet_known: tuple[_LastCycle, int] | None = None
-        # (a _LastCycle, quiet_cycles(cycle, 0) for it), found while booking it.
-        self._quiet_next: tuple[_LastCycle, int] | None = None
-        # Per (queue, uncapped split): the last water filling's capacity, demands, weights
-        # and allocation (_share_queue).
-        self._fill_cache: dict[
-            tuple[QueueName, bool], tuple[float, list[float], list[float], list[float]]
-        ] = {}
-        # What the last fresh split read (_fresh_split; kept by step_lean in _LastCycle).
-        self._split_inputs: _SplitInputs | None = None
-        #: :meth:`step_lean` replays the last split through cycles in which an entry near
-        #: its end moved its cap when the split is shown to be the same
-        #: (:meth:`_near_end_split`); off: such cycles compute the split afresh. The
-        #: simulator's switch (``SimConfig.replay_near_end``); :meth:`step` never does.
-        self.replay_near_end = True
-        #: How many cycles computed their split afresh (the others replayed one): what the
-        #: simulator's speed depends on, counted for tests and profiles.
-        self.fresh_splits = 0
+
+    def _inputs_changed(self) -> None:
+        """Something the split reads besides the work done changed: an entry was added,
+        removed or started, a weight or rate cap moved, or a clock was set. Nothing to do
+        here, where every cycle is split afresh; a subclass that reuses a split
+        (:class:`local_manager.replay.ReplayingScheduler`) drops it."""
 
     # ----------------------------------------------------------------- membership
     def add(self, subtask: Subtask, now: float) -> None:
@@ -323,15 +281,15 @@ class LocalScheduler:
         if self._find(subtask.key) is not None:
             raise ValueError(f"subtask {subtask.key} is already on node {self.node.name!r}")
         subtask = dataclasses.replace(subtask, start_time=now)
-        entry = _Entry(subtask, now)
+        entry = Entry(subtask, now)
         cap = self.config.max_running.get(entry.queue)
         if cap is not None and (self._waiting[entry.queue] or self._running(entry.queue) >= cap):
             self._waiting[entry.queue][subtask.key] = entry
         else:
             self._entries[subtask.key] = entry
-        self._last = None
+        self._inputs_changed()
 
-    def _find(self, key: tuple[str, int]) -> _Entry | None:
+    def _find(self, key: Key) -> Entry | None:
         entry = self._entries.get(key)
         if entry is None:
             for waiting in self._waiting.values():
@@ -359,14 +317,14 @@ class LocalScheduler:
                 entry.clock = VirtualClock(start)
                 self._entries[key] = entry
                 free -= 1
-                self._last = None
+                self._inputs_changed()
 
     @property
     def waiting(self) -> int:
         """How many entries wait for a slot."""
         return sum(len(w) for w in self._waiting.values())
 
-    def remove(self, key: tuple[str, int]) -> Subtask | None:
+    def remove(self, key: Key) -> Subtask | None:
         """Take a subtask (and its virtual subtask) off the node; ``None`` if absent."""
         entry = self._entries.pop(key, None)
         if entry is None:
@@ -374,7 +332,7 @@ class LocalScheduler:
                 entry = waiting.pop(key, None)
                 if entry is not None:
                     break
-        self._last = None
+        self._inputs_changed()
         return entry.subtask if entry else None
 
     def remove_job(self, job_id: str) -> list[Subtask]:
@@ -382,11 +340,11 @@ class LocalScheduler:
         keys = [k for k in self._entries if k[0] == job_id]
         keys += [k for w in self._waiting.values() for k in w if k[0] == job_id]
         out = [s for s in (self.remove(k) for k in keys) if s is not None]
-        self._last = None
+        self._inputs_changed()
         return out
 
     def set_weights(
-        self, key: tuple[str, int], weight: float, virtual_weight: float, rate_cap: float = 0.0
+        self, key: Key, weight: float, virtual_weight: float, rate_cap: float = 0.0
     ) -> bool:
         """Apply a controller decision (Mcycles/s, all >= 0; ``rate_cap`` 0 = no cap).
         False if the subtask is gone."""
@@ -406,13 +364,13 @@ class LocalScheduler:
             return False
         s = entry.subtask
         if s.weight != weight or s.virtual_weight != virtual_weight or s.rate_cap != rate_cap:
-            self._last = None
+            self._inputs_changed()
         s.weight = weight
         s.virtual_weight = virtual_weight
         s.rate_cap = rate_cap
         return True
 
-    def restore_clock(self, key: tuple[str, int], virtual_time: float, real_time: float) -> None:
+    def restore_clock(self, key: Key, virtual_time: float, real_time: float) -> None:
         """Set a subtask's virtual clock to ``virtual_time`` as of real time ``real_time``
         (s): a restarted local manager resumes it from its checkpoint (KeyError if absent)."""
         entry = self._find(key)
@@ -420,7 +378,7 @@ class LocalScheduler:
             raise KeyError(key)
         entry.clock.virtual_time = float(virtual_time)
         entry.clock.previous_real_time = float(real_time)
-        self._last = None
+        self._inputs_changed()
 
     def subtasks(self) -> list[Subtask]:
         """The subtasks on the node: running ones in placement order, then waiting ones."""
@@ -429,11 +387,11 @@ class LocalScheduler:
             out.extend(e.subtask for e in waiting.values())
         return out
 
-    def get(self, key: tuple[str, int]) -> Subtask | None:
+    def get(self, key: Key) -> Subtask | None:
         entry = self._find(key)
         return entry.subtask if entry else None
 
-    def virtual_time(self, key: tuple[str, int]) -> float:
+    def virtual_time(self, key: Key) -> float:
         """``T_V`` of a subtask on this node, s."""
         entry = self._find(key)
         if entry is None:
@@ -462,291 +420,54 @@ class LocalScheduler:
     def skip_to(self, real_time: float) -> None:
         """Move every running subtask's clocks to ``real_time`` (s) without CPU: the node
         did not run its subtasks in between (its manager was stalled), so no work is
-        booked and each virtual clock stays where it was (eq. 4 with ``x-bar = 0``)."""
+        booked and each virtual clock stays where it was (eq. 4 with ``x_bar = 0``)."""
         for e in self._entries.values():
             if e.subtask.finish_time is None and real_time > e.clock.previous_real_time:
                 e.clock.advance(real_time, 1.0, 0.0)
-        self._last = None
+        self._inputs_changed()
 
     # ---------------------------------------------------------------------- cycle
     def step(
         self,
         real_time: float,
         cycle: float,
-        measured: Mapping[tuple[str, int], float] | None = None,
+        measured: Mapping[Key, float] | None = None,
     ) -> CycleResult:
         """Run one scheduling cycle of ``cycle`` seconds ending at ``real_time`` (s).
 
-        Grants CPU, advances done work and virtual clocks, marks finished subtasks
-        (their ``finish_time`` is ``real_time``; they stay on the node until removed)
-        and returns what happened.
+        Splits the CPU (rules 1-3), advances done work and virtual clocks (rule 4), marks
+        finished subtasks (their ``finish_time`` is ``real_time``; they stay on the node
+        until removed) and returns what happened.
 
         ``measured``: for subtasks whose work is a real process, the Mcycles it really
         did in the cycle (its CPU time at the node's speed): their work done, virtual
-        clock (eq. 4's granted work ``x-bar``) and report use it instead of the grant, so
-        every subtask has one virtual clock, kept here. Their grants still say what the
+        clock (eq. 4's ``x_bar``) and report use it instead of the grant, so every
+        subtask has one virtual clock, kept here. Their grants still say what the
         scheduler gave them (the live runtime sets the next cycle's CPU share from it).
         """
         if not math.isfinite(cycle) or cycle <= 0:
             raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
-        if not measured and self._can_replay(cycle):
-            # Nothing that decides the split has changed since the last cycle: replay it
-            # (the same grants a fresh split would compute, without computing them).
-            result = self._replay(1, cycle, real_time)
-            if result.finished:
-                self._last = None
-            return result
-        entries, granted, queue_cpu, virtual_idle, lent, capacity, available = (
-            self._fresh_split(real_time, cycle)
-        )
-        result = self._account(
-            real_time, cycle, entries, granted, queue_cpu, virtual_idle, lent, capacity,
-            available=available, measured=measured,
-        )
-        self._last = (
-            None
-            if result.finished
-            else _LastCycle(cycle, granted, queue_cpu, virtual_idle, lent, available)
-        )
-        return result
+        return self._account(real_time, cycle, self._split(real_time, cycle), measured)
 
-    def step_lean(self, real_time: float, cycle: float) -> LeanCycle:
-        """:meth:`step` for the simulator: the same cycle with the same arithmetic (one
-        booking loop, :meth:`_book`), returned as plain figures instead of grant and
-        report records. The scheduler's state afterwards is the one :meth:`step` leaves.
-
-        Beyond :meth:`step`'s replays, a cycle in which only the caps of entries near
-        their end moved replays the last split when :meth:`_near_end_split` shows the
-        split would be the same to the bit (``replay_near_end``)."""
-        last = self._last
-        if last is not None and last.near_end and last.cycle == cycle:
-            # The quiet test failed on the last cycle already (an entry near its end);
-            # it fails until a finish or a change drops the split: go to the proof.
-            held = self._near_end_split(cycle) if self.replay_near_end else None
-            if held is None:
-                return self._fresh_lean(real_time, cycle)
-            return self._replay_lean(held, real_time, cycle)
-        if self._can_replay(cycle):
-            last = self._last
-            assert last is not None
-            entries = last.entries
-            if entries is None:
-                entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
-            out = self._book(real_time, cycle, entries, last.granted, last.available, None,
-                             all_rows=False)
-            self._seq += len(out.qos_granted)
-            if out.finished:
-                self._last = None
-            else:
-                out.virtual_idle = last.virtual_idle * 1.0
-            return out
-        if self.replay_near_end and last is not None and last.inputs is not None:
-            held = self._near_end_split(cycle)
-            if held is not None:
-                return self._replay_lean(held, real_time, cycle)
-        return self._fresh_lean(real_time, cycle)
-
-    def _fresh_lean(self, real_time: float, cycle: float) -> LeanCycle:
-        """:meth:`step_lean`'s cycle with a split computed afresh."""
-        entries, granted, queue_cpu, virtual_idle, lent, capacity, available = (
-            self._fresh_split(real_time, cycle)
-        )
-        out = self._book(real_time, cycle, entries, granted, available, None, quiet_bound=True,
-                         all_rows=False)
-        self._seq += len(out.qos_granted)
-        out.virtual_idle = virtual_idle * 1.0
-        if out.finished:
-            self._last = None
-        else:
-            self._last = _LastCycle(
-                cycle, granted, queue_cpu, virtual_idle, lent, available, self._split_inputs,
-                entries=entries,
-            )
-            # quiet_cycles(cycle, 0) of the next cycle, already known (nothing changes the
-            # state it reads but what also drops _last: add, remove, re-weight).
-            self._quiet_next = (self._last, out.quiet)
-        return out
-
-    def _replay_lean(self, held: _LastCycle, real_time: float, cycle: float) -> LeanCycle:
-        """:meth:`step_lean`'s cycle with the split ``held`` (shown to be this cycle's by
-        :meth:`_near_end_split`), which becomes the last split."""
-        self._last = held
-        entries = held.entries
-        assert entries is not None
-        out = self._book(real_time, cycle, entries, held.granted, held.available, None,
-                         all_rows=False)
-        self._seq += len(out.qos_granted)
-        out.virtual_idle = held.virtual_idle * 1.0  # as the fresh split's cycle says it
-        if out.finished:
-            self._last = None
-        return out
-
-    def _near_end_split(self, cycle: float) -> _LastCycle | None:
-        """The last split as this cycle's, when it is shown to be what
-        :meth:`_fresh_split` would compute now, to the bit; ``None`` when that is not
-        shown (then compute it).
-
-        Nothing that decides the split changed since it was computed but the work the
-        entries did (any add, remove, re-weight or finish drops the last split), so only
-        the caps of entries with less than a full-speed cycle of work left can have moved.
-        The proof, for queues that are not work-conserving: the rate-capped entries'
-        caps before their rate caps did not move (so neither did what the caps release,
-        nor the uncapped estimates they feed); in each queue where a cap moved, the
-        queue's demand (the same sum in the same order) gives the queue the same CPU, no
-        step that reads the queue's caps besides its own water filling ran (lending to
-        it, borrowing idle CPU into it, the uncapped estimates of the QoS queue, DRF),
-        and that water filling, computed again on the new caps, gives every entry and
-        the virtual subtasks the same figures. Every other step of the split reads the
-        same numbers as before, so it does the same operations on them."""
-        last = self._last
-        if last is None or last.cycle != cycle or self.config.work_conserving:
-            return None
-        inputs = last.inputs
-        if inputs is None:
-            return None
-        cap = inputs.cap
-        uncapped = inputs.uncapped
-        copysign = math.copysign
-        moved: list[QueueName] = []
-        uncapped_moved = False
-        for e, s, key, per, rate_cap in inputs.rows:
-            # _fresh_split's cap, the same arithmetic.
-            left = s.work - s.done_work
-            c = left if left < per else per
-            if rate_cap is not None:
-                u = uncapped[key]
-                if c != u or (c == 0.0 and copysign(1.0, c) != copysign(1.0, u)):
-                    uncapped[key] = c
-                    uncapped_moved = True
-                if rate_cap < c:
-                    c = rate_cap
-            o = cap[key]
-            if c != o or (c == 0.0 and copysign(1.0, c) != copysign(1.0, o)):
-                cap[key] = c
-                if e.queue not in moved:
-                    moved.append(e.queue)
-        last.near_end = True
-        if not moved and not uncapped_moved:
-            return last
-        node = self.node
-        full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle
-        capacity = node.cpu_rate * cycle
-        shares = self._queue_shares
-        qos = QueueName.QOS
-        qi = _QUEUES.index(qos)
-        queue_demand = list(inputs.queue_demand)
-        for q in moved:
-            members = inputs.by_queue[q]
-            if q is qos:
-                if inputs.borrowed:
-                    return None
-            elif inputs.lendable > 0 or (q is QueueName.BEST_EFFORT and inputs.lent_virtual):
-                return None
-            for e in members:
-                if not e.cpu_only:
-                    return None
-            d = sum(cap[e.key] for e in members)
-            if q is qos:
-                d += capacity * inputs.n_virtual
-            qn = _QUEUES.index(q)
-            demand = queue_demand[qn] = min(d, capacity)
-            queue_cpu = min(demand, shares[qn] * capacity)  # _split_queues, not conserving
-            if not _same_float(queue_cpu, last.queue_cpu[q]):
-                return None
-            if queue_cpu <= 0:
-                continue  # not shared: no grant before or now
-            fill: dict[tuple[str, int], float] = {}
-            idle = self._share_queue(members, queue_cpu, cap, q, full_cpu, capacity, fill)
-            if not _same_float(idle, inputs.queue_idle[q]):
-                return None
-            granted = last.granted
-            for e in members:
-                if not _same_float(fill[e.key], granted[e.key]):
-                    return None
-        if not uncapped_moved and qos not in moved:
-            return last
-        # What the rate caps release and the QoS share lent on for it: _fresh_split's
-        # sums in its order; the lending must be the same (it read the other queues' caps).
-        released = 0.0
-        if uncapped_moved:
-            for _e, s, key, _per, rate_cap in inputs.rows:
-                if rate_cap is not None:
-                    c = uncapped[key]
-                    if s.rate_cap * cycle < c:
-                        released += c - s.rate_cap * cycle
-        else:
-            released = inputs.released
-        lendable = 0.0
-        if released > 0 and self.config.lend_paced:
-            qos_share_cpu = shares[qi] * capacity
-            wanted = min(queue_demand[qi] + released, capacity)
-            lendable = max(
-                0.0, min(wanted, qos_share_cpu) - min(queue_demand[qi], qos_share_cpu)
-            )
-        if not _same_float(lendable, inputs.lendable):
-            return None
-        inputs.released = released
-        inputs.queue_demand = queue_demand
-        if last.available is None:
-            return last
-        # The uncapped estimates are the split's own output, computed afresh on the
-        # grants shown to be the same.
-        borrow = self.config.borrow_idle  # paced and not work-conserving here
-        available = self._available_uncapped(
-            inputs.by_queue[qos], uncapped, cap, queue_demand, released, capacity, full_cpu,
-            borrow,
-        )
-        last.available = available
-        return last
-
-    def _can_replay(self, cycle: float) -> bool:
-        """Whether the last cycle's split holds for one more cycle of ``cycle`` s
-        (``quiet_cycles(cycle, 0) >= 1``). A fresh answer ``k`` is kept as a countdown,
-        less a margin for the rounding of the work done in between, so the quiet test is
-        computed again only near its end: the same answer, not recomputed every cycle."""
-        last = self._last
-        if last is None or last.cycle != cycle:
-            return False
-        known = self._quiet_known
-        if known is not None and known[0] is last and known[1] >= 1:
-            self._quiet_known = (last, known[1] - 1)
-            return True
-        ahead = self._quiet_next
-        self._quiet_next = None  # true only for the cycle right after the booking
-        k = ahead[1] if ahead is not None and ahead[0] is last else self.quiet_cycles(cycle, 0)
-        if k < 1:
-            return False
-        # After this cycle k - 1 more are quiet; the work done moves each bound by one
-        # cycle up to rounding (at most 2.3e-16 of the bound, <= k, per cycle), kept far
-        # below the margin of 2 by how long a countdown may run.
-        self._quiet_known = (last, min(k - 3, _COUNTDOWN_CAP, int(1e15 / k)))
-        return True
-
-    def _fresh_split(
-        self, real_time: float, cycle: float
-    ) -> tuple[
-        list[_Entry], dict[tuple[str, int], float], dict[QueueName, float], float, float,
-        float, dict[tuple[str, int], float] | None,
-    ]:
-        """Compute this cycle's split from scratch (the module docstring's rules): the
-        running entries, their grants (Mcycles), each queue's CPU, what virtual subtasks
-        held idle and what was lent (Mcycles), the node's capacity (Mcycles) and, per
-        capped QoS subtask, what it would get uncapped (``None``: no caps)."""
-        self.fresh_splits += 1
+    # ---------------------------------------------------------------- the split
+    def _split(self, real_time: float, cycle: float) -> Split:
+        """Split the CPU of the cycle of ``cycle`` s ending at ``real_time`` (s) among the
+        running entries, rules 1-3 of the module docstring; waiting entries whose slot
+        freed start first."""
         node = self.node
         capacity = node.cpu_rate * cycle
         full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle  # one core, full speed
         self._start_waiting(real_time - cycle)
         entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
-        by_queue: dict[QueueName, list[_Entry]] = {q: [] for q in _QUEUES}
+        by_queue: dict[QueueName, list[Entry]] = {q: [] for q in _QUEUES}
         # CPU each entry could use this cycle (Mcycles): its cores at full speed, capped
         # by the work it has left.
-        cap: dict[tuple[str, int], float] = {}
+        cap: dict[Key, float] = {}
         n_virtual = 0
         paced = self.config.virtual_mode is VirtualSubtaskMode.PACED
         released = 0.0  # QoS demand (Mcycles) the rate caps hold back this cycle
-        uncapped: dict[tuple[str, int], float] = {}  # demand of capped entries without cap
-        rows: list[tuple[_Entry, Subtask, tuple[str, int], float, float | None]] = []
+        uncapped: dict[Key, float] = {}  # demand of capped entries without cap
+        limits: list[tuple[Entry, Subtask, Key, float, float | None]] = []
         for e in entries:
             s = e.subtask
             by_queue[e.queue].append(e)
@@ -765,7 +486,7 @@ class LocalScheduler:
             elif s.virtual_weight > 0 and e.queue is QueueName.QOS:
                 n_virtual += 1
             cap[e.key] = c
-            rows.append((e, s, e.key, per, rate_cap))
+            limits.append((e, s, e.key, per, rate_cap))
 
         queue_demand: list[float] = []
         for q in _QUEUES:
@@ -777,6 +498,7 @@ class LocalScheduler:
                 d += capacity * n_virtual
             queue_demand.append(min(d, capacity))
 
+        # Rule 1: the queues.
         queue_cpu = self._split_queues(capacity, queue_demand)
         lendable = 0.0
         qos_share_cpu = self._queue_shares[_QUEUES.index(QueueName.QOS)] * capacity
@@ -789,7 +511,8 @@ class LocalScheduler:
                 0.0, min(wanted, qos_share_cpu) - min(queue_demand[qi], qos_share_cpu)
             )
 
-        granted: dict[tuple[str, int], float] = {}
+        # Rule 2: inside each queue (with its virtual subtasks).
+        granted: dict[Key, float] = {}
         virtual_idle = 0.0
         queue_idle: dict[QueueName, float] = {}
         for q in _QUEUES:
@@ -800,6 +523,7 @@ class LocalScheduler:
             queue_idle[q] = idle
             virtual_idle += idle
 
+        # Rule 3: what the virtual subtasks and the rate caps leave.
         lent = 0.0
         lent_virtual = False
         if self.config.virtual_mode is VirtualSubtaskMode.WORK_CONSERVING and virtual_idle > 0:
@@ -820,95 +544,21 @@ class LocalScheduler:
                 borrowed = True
                 lent += self._lend(by_queue[QueueName.QOS], idle, cap, granted)
 
-        available: dict[tuple[str, int], float] | None = None
+        available: dict[Key, float] | None = None
         if uncapped:
             available = self._available_uncapped(
                 by_queue[QueueName.QOS], uncapped, cap, queue_demand, released, capacity,
                 full_cpu, borrow,
             )
-        self._split_inputs = _SplitInputs(
-            cap, uncapped, by_queue, queue_demand, released, lendable, n_virtual, queue_idle,
-            lent_virtual, borrowed, rows,
+        return Split(
+            entries, granted, queue_cpu, virtual_idle, lent, capacity, available, cap,
+            uncapped, by_queue, queue_demand, released, lendable, n_virtual, queue_idle,
+            lent_virtual, borrowed, limits,
         )
-        return entries, granted, queue_cpu, virtual_idle, lent, capacity, available
-
-    def _available_uncapped(
-        self,
-        qos: list[_Entry],
-        uncapped: Mapping[tuple[str, int], float],
-        cap: Mapping[tuple[str, int], float],
-        queue_demand: list[float],
-        released: float,
-        capacity: float,
-        full_cpu: float,
-        borrow: bool,
-    ) -> dict[tuple[str, int], float]:
-        """What each capped QoS subtask would get this cycle were every rate cap on the
-        node lifted at once (Mcycles): the queues split the node with the QoS queue's
-        uncapped demand, so what the caps passed on to the grid-local and best-effort
-        queues (or left idle, where idle CPU may be borrowed) is the QoS queue's to take
-        back; inside the queue the subtasks share it by weight as they would uncapped.
-
-        Every capped subtask on the node is counted as a competitor, not only the one
-        asking: the controller shares what a node can give among the gangs that need it
-        (:func:`coallocator.controller.gang_paces`), so each report says the node's fair
-        level, not a claim on everything the others leave."""
-        qi = _QUEUES.index(QueueName.QOS)
-        lifted_demand = min(queue_demand[qi] + released, capacity)
-        if self.config.work_conserving:
-            lifted = list(queue_demand)
-            lifted[qi] = lifted_demand
-            qos_cpu = self._split_queues(capacity, lifted)[QueueName.QOS]
-        elif borrow:
-            others = sum(
-                min(d, w * capacity)
-                for q, d, w in zip(_QUEUES, queue_demand, self._queue_shares)
-                if q is not QueueName.QOS
-            )
-            qos_cpu = min(lifted_demand, capacity - others)
-        else:
-            qos_cpu = min(lifted_demand, self._queue_shares[qi] * capacity)
-        demands = dict(cap)
-        demands.update(uncapped)
-        shares: dict[tuple[str, int], float] = {}
-        self._share_queue(qos, qos_cpu, demands, QueueName.QOS, full_cpu, capacity, shares,
-                          uncapped=True)
-        return {key: shares.get(key, 0.0) for key in uncapped}
-
-    def qos_capacity(self, cycle: float) -> float:
-        """The CPU rate (Mcycles/s) the grid QoS queue would get in a cycle of ``cycle`` s
-        starting now were its demand the whole node: the node's rate less what the
-        grid-local and best-effort queues hold against it. Work-conserving queues give
-        the QoS queue what the others leave (the whole node when they are empty); queues
-        that are not work-conserving give it its share, whatever the others do.
-
-        What admission by measured capacity
-        (:class:`global_manager.admission.MeasuredCapacityAdmission`) reads: it depends on
-        the other queues' running entries and the work they have left, never on the QoS
-        queue's own subtasks, so admitting more strict work does not change it."""
-        if not math.isfinite(cycle) or cycle <= 0:
-            raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
-        node = self.node
-        capacity = node.cpu_rate * cycle
-        qi = _QUEUES.index(QueueName.QOS)
-        if not self.config.work_conserving:
-            return self._queue_shares[qi] * capacity / cycle
-        full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle
-        demand = [0.0] * len(_QUEUES)
-        for e in self._entries.values():
-            s = e.subtask
-            if e.queue is QueueName.QOS or s.finish_time is not None:
-                continue
-            cores = s.demand.cpu
-            per = full_cpu if cores == 1.0 else min(cores, node.cores) * node.speed_mhz * cycle
-            left = s.work - s.done_work
-            demand[_QUEUES.index(e.queue)] += left if left < per else per
-        for i, d in enumerate(demand):
-            demand[i] = min(d, capacity)
-        demand[qi] = capacity
-        return self._split_queues(capacity, demand)[QueueName.QOS] / cycle
 
     def _split_queues(self, capacity: float, demand: list[float]) -> dict[QueueName, float]:
+        """Rule 1: the CPU of each queue (Mcycles) given each queue's demand, by the
+        queue weights; work conserving, weighted max-min over the queues."""
         shares = self._queue_shares
         if self.config.work_conserving:
             alloc = water_fill(capacity, demand, shares)
@@ -917,19 +567,17 @@ class LocalScheduler:
 
     def _share_queue(
         self,
-        members: list[_Entry],
+        members: list[Entry],
         queue_cpu: float,
-        cap: Mapping[tuple[str, int], float],
+        cap: Mapping[Key, float],
         queue: QueueName,
         full_cpu: float,
         capacity: float,
-        granted: dict[tuple[str, int], float],
-        uncapped: bool = False,
+        granted: dict[Key, float],
     ) -> float:
-        """Split ``queue_cpu`` Mcycles among a queue's entries (and its virtual subtasks),
-        writing each real entry's grant into ``granted``; return what the virtual subtasks
-        held (Mcycles). ``uncapped``: the split is :meth:`_available_uncapped`'s (kept apart
-        in the cache of the last water filling per queue)."""
+        """Rule 2: split ``queue_cpu`` Mcycles among a queue's entries (and its virtual
+        subtasks, which may hold the whole node), writing each real entry's grant into
+        ``granted``; return what the virtual subtasks held (Mcycles)."""
         weights: list[float] = []
         demands: list[float] = []
         multi = False
@@ -950,23 +598,14 @@ class LocalScheduler:
         if multi:
             alloc = self._drf_share(members, demands, weights, queue_cpu, full_cpu, capacity)
         else:
-            # The same water filling as the last time this queue was shared with the same
-            # figures (another queue's entry changed) is the same list: reuse it.
-            slot = (queue, uncapped)
-            hit = self._fill_cache.get(slot)
-            if (hit is not None and hit[0] == queue_cpu and hit[1] == demands
-                    and hit[2] == weights):
-                alloc = hit[3]
-            else:
-                alloc = water_fill(queue_cpu, demands, weights)
-                self._fill_cache[slot] = (queue_cpu, demands, weights, alloc)
+            alloc = water_fill(queue_cpu, demands, weights)
         for i in range(n_real):
             granted[members[i].key] = alloc[i]
         return float(sum(alloc[n_real:]))
 
     def _drf_share(
         self,
-        members: list[_Entry],
+        members: list[Entry],
         demands: list[float],
         weights: list[float],
         queue_cpu: float,
@@ -1007,13 +646,13 @@ class LocalScheduler:
 
     @staticmethod
     def _lend(
-        members: list[_Entry],
+        members: list[Entry],
         spare: float,
-        cap: Mapping[tuple[str, int], float],
-        granted: dict[tuple[str, int], float],
+        cap: Mapping[Key, float],
+        granted: dict[Key, float],
     ) -> float:
-        """Give up to ``spare`` Mcycles to the unmet demand of ``members`` (one queue's
-        entries), by their weights; returns what was given."""
+        """Rule 3: give up to ``spare`` Mcycles to the unmet demand of ``members`` (one
+        queue's entries), by their weights; returns what was given."""
         if not members:
             return 0.0
         unmet = [max(0.0, cap[e.key] - granted.get(e.key, 0.0)) for e in members]
@@ -1028,14 +667,14 @@ class LocalScheduler:
 
     def _lend_to_queues(
         self,
-        by_queue: Mapping[QueueName, list[_Entry]],
+        by_queue: Mapping[QueueName, list[Entry]],
         spare: float,
-        cap: Mapping[tuple[str, int], float],
-        granted: dict[tuple[str, int], float],
+        cap: Mapping[Key, float],
+        granted: dict[Key, float],
     ) -> float:
-        """Lend up to ``spare`` Mcycles of QoS share to the unmet demand of the
-        best-effort and grid-local queues, split between them by their queue weights
-        (water filling, each capped by its unmet demand); returns what was lent."""
+        """Rule 3, pace control: lend up to ``spare`` Mcycles of QoS share to the unmet
+        demand of the best-effort and grid-local queues, split between them by their queue
+        weights (water filling, each capped by its unmet demand); returns what was lent."""
         targets = (QueueName.BEST_EFFORT, QueueName.LOCAL)
         unmet = [
             sum(max(0.0, cap[e.key] - granted.get(e.key, 0.0)) for e in by_queue[q])
@@ -1051,214 +690,132 @@ class LocalScheduler:
                 lent += self._lend(by_queue[q], amount, cap, granted)
         return lent
 
-    # ------------------------------------------------------------- fast forward
-    def quiet_cycles(self, cycle: float, margin: int = 1) -> int:
-        """How many more cycles of ``cycle`` s would split the CPU exactly as the last one.
+    def _available_uncapped(
+        self,
+        qos: list[Entry],
+        uncapped: Mapping[Key, float],
+        cap: Mapping[Key, float],
+        queue_demand: list[float],
+        released: float,
+        capacity: float,
+        full_cpu: float,
+        borrow: bool,
+    ) -> dict[Key, float]:
+        """What each capped QoS subtask would get this cycle were every rate cap on the
+        node lifted at once (Mcycles; ``available_work``, ``docs/model.md`` "What a node
+        can give"): the queues split the node with the QoS queue's uncapped demand, so
+        what the caps passed on to the grid-local and best-effort queues (or left idle,
+        where idle CPU may be borrowed) is the QoS queue's to take back; inside the queue
+        the subtasks share it by weight as they would uncapped.
 
-        That holds while no subtask is added, removed or re-weighted and every running
-        subtask keeps more work than one full-speed cycle (its cap) and than its expected
-        work per cycle, at the start of each of those cycles; with the default ``margin``
-        also at the end of the last one (so none of them finishes a subtask). 0 when the
-        last cycle cannot be replayed.
-        """
-        last = self._last
-        if last is None or last.cycle != cycle or last.near_end:
-            # near_end: the quiet test failed on this split (an entry with a grant has
-            # less than its floor left), and work done only lowers what is left.
-            return 0
+        Every capped subtask on the node is counted as a competitor, not only the one
+        asking: the controller shares what a node can give among the gangs that need it
+        (:func:`coallocator.controller.gang_paces`), so each report says the node's fair
+        level, not a claim on everything the others leave."""
+        qi = _QUEUES.index(QueueName.QOS)
+        lifted_demand = min(queue_demand[qi] + released, capacity)
+        if self.config.work_conserving:
+            lifted = list(queue_demand)
+            lifted[qi] = lifted_demand
+            qos_cpu = self._split_queues(capacity, lifted)[QueueName.QOS]
+        elif borrow:
+            others = sum(
+                min(d, w * capacity)
+                for q, d, w in zip(_QUEUES, queue_demand, self._queue_shares)
+                if q is not QueueName.QOS
+            )
+            qos_cpu = min(lifted_demand, capacity - others)
+        else:
+            qos_cpu = min(lifted_demand, self._queue_shares[qi] * capacity)
+        demands = dict(cap)
+        demands.update(uncapped)
+        shares: dict[Key, float] = {}
+        self._share_queue(qos, qos_cpu, demands, QueueName.QOS, full_cpu, capacity, shares)
+        return {key: shares.get(key, 0.0) for key in uncapped}
+
+    def qos_capacity(self, cycle: float) -> float:
+        """The CPU rate (Mcycles/s) the grid QoS queue would get in a cycle of ``cycle`` s
+        starting now were its demand the whole node (``C`` of ``docs/model.md``
+        "Admission"): the node's rate less what the grid-local and best-effort queues hold
+        against it. Work-conserving queues give the QoS queue what the others leave (the
+        whole node when they are empty); queues that are not work-conserving give it its
+        share, whatever the others do.
+
+        What admission by measured capacity
+        (:class:`global_manager.admission.MeasuredCapacityAdmission`) reads: it depends on
+        the other queues' running entries and the work they have left, never on the QoS
+        queue's own subtasks, so admitting more strict work does not change it."""
+        if not math.isfinite(cycle) or cycle <= 0:
+            raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
         node = self.node
-        bound = math.inf
+        capacity = node.cpu_rate * cycle
+        qi = _QUEUES.index(QueueName.QOS)
+        if not self.config.work_conserving:
+            return self._queue_shares[qi] * capacity / cycle
+        full_cpu = node.speed_mhz * min(1.0, node.cores) * cycle
+        demand = [0.0] * len(_QUEUES)
         for e in self._entries.values():
             s = e.subtask
-            g = last.granted.get(e.key, 0.0)
-            if g <= 0:
+            if e.queue is QueueName.QOS or s.finish_time is not None:
                 continue
-            cores = s.demand.cpu if s.demand is not None else 1.0
-            floor = max(min(cores, node.cores) * node.speed_mhz * cycle, s.expected_rate * cycle)
-            bound = min(bound, (s.remaining - floor) / g)
-        if bound == math.inf:
-            return 1 << 30
-        return max(0, int(bound) + 1 - margin) if bound >= 0 else 0
-
-    def preview_qos_clocks(
-        self, times: list[float]
-    ) -> dict[tuple[str, int], tuple[list[float], list[float], float, float]]:
-        """What replaying the last split over ``len(times)`` cycles ending at ``times``
-        (s) would report for each grid QoS subtask, without changing anything: its
-        ``T_V`` after each cycle (s), its expected work in each cycle, its grant and its
-        available work per cycle (Mcycles), with :meth:`_repeat`'s arithmetic (so
-        :meth:`fast_forward` then leaves exactly these clocks)."""
-        last = self._last
-        assert last is not None
-        out: dict[tuple[str, int], tuple[list[float], list[float], float, float]] = {}
-        qos = QueueName.QOS
-        for e in self._entries.values():
-            s = e.subtask
-            if e.queue is not qos or s.finish_time is not None:
-                continue
-            g = last.granted.get(e.key, 0.0)
-            per = s.expected_rate * last.cycle
-            done = s.done_work
-            vt = e.clock.virtual_time
-            prev = e.clock.previous_real_time
-            tvs: list[float] = []
-            xs: list[float] = []
-            for t in times:
-                left = s.work - done
-                x = per if per < left else left
-                done += g
-                if x > 0:
-                    vt += (g / x) * (t - prev)
-                prev = t
-                tvs.append(vt)
-                xs.append(x)
-            a = g
-            if last.available is not None and e.key in last.available:
-                a = last.available[e.key]
-            out[e.key] = (tvs, xs, g, a)
-        return out
-
-    def last_cycle_totals(self) -> tuple[float, float | None, float]:
-        """One replayed cycle's totals as :meth:`step_lean` books them: CPU used (the
-        grants summed in entry order), the grid QoS grants' ``fsum`` (``None``: no QoS
-        entry) and what virtual subtasks held idle, Mcycles."""
-        last = self._last
-        assert last is not None
-        used = 0.0
-        qos: list[float] = []
-        for e in self._entries.values():
-            if e.subtask.finish_time is not None:
-                continue
-            g = last.granted.get(e.key, 0.0)
-            used += g
-            if e.queue is QueueName.QOS:
-                qos.append(g)
-        return used, (math.fsum(qos) if qos else None), last.virtual_idle * 1.0
-
-    def fast_forward(self, cycles: int, cycle: float, real_time: float) -> CycleResult:
-        """Replay the last cycle ``cycles`` times at once, ending at ``real_time`` (s).
-
-        Exact (up to rounding) when ``cycles <= quiet_cycles(cycle)``: each entry gets
-        ``cycles`` times its last grant and its virtual clock moves by eq. (4) over the
-        whole span. One progress report per QoS subtask covers the span.
-        """
-        if self._last is None or cycles < 1 or cycles > self.quiet_cycles(cycle):
-            raise ValueError(f"fast_forward: {cycles} cycles cannot be replayed exactly")
-        result = self._replay(cycles, cycle, real_time)
-        self._quiet_known = self._quiet_next = None  # both counted from single cycles
-        assert not result.finished, "fast_forward went past a subtask's finish"
-        return result
-
-    def _replay(self, cycles: int, cycle: float, real_time: float) -> CycleResult:
-        """Book ``cycles`` cycles with the last cycle's split (the caller checked it holds)."""
-        last = self._last
-        assert last is not None
-        entries = [e for e in self._entries.values() if e.subtask.finish_time is None]
-        return self._account(
-            real_time,
-            cycle,
-            entries,
-            last.granted,
-            last.queue_cpu,
-            last.virtual_idle,
-            last.lent,
-            self.node.cpu_rate * cycle,
-            repeat=cycles,
-            available=last.available,
-        )
-
-    @staticmethod
-    def _repeat(
-        e: _Entry, per: float, g1: float, cycle: float, repeat: int
-    ) -> tuple[float, float, float, float]:
-        """Book ``repeat`` cycles of grant ``g1`` on one entry with the very arithmetic
-        :meth:`step` would use cycle by cycle (so the result is bit-identical to stepping).
-        Returns the total expected and granted work and the work left afterwards (all
-        Mcycles), and the new ``T_V`` (s)."""
-        s = e.subtask
-        clock = e.clock
-        t = clock.previous_real_time
-        x_total = g_total = 0.0
-        for _ in range(repeat):
+            cores = s.demand.cpu
+            per = full_cpu if cores == 1.0 else min(cores, node.cores) * node.speed_mhz * cycle
             left = s.work - s.done_work
-            x = per if per < left else left
-            s.done_work += g1
-            t += cycle
-            if x > 0:
-                clock.advance(t, x, g1)
-            else:
-                clock.advance(t, 0.0, 0.0)
-            x_total += x
-            g_total += g1
-        return x_total, g_total, s.work - s.done_work, clock.virtual_time
+            demand[_QUEUES.index(e.queue)] += left if left < per else per
+        for i, d in enumerate(demand):
+            demand[i] = min(d, capacity)
+        demand[qi] = capacity
+        return self._split_queues(capacity, demand)[QueueName.QOS] / cycle
 
+    # ------------------------------------------------------------- the clocks
     def _book(
         self,
         real_time: float,
         cycle: float,
-        entries: Iterable[_Entry],
-        granted: Mapping[tuple[str, int], float],
-        available: Mapping[tuple[str, int], float] | None,
-        measured: Mapping[tuple[str, int], float] | None,
-        repeat: int = 1,
-        quiet_bound: bool = False,
+        entries: Iterable[Entry],
+        granted: Mapping[Key, float],
+        available: Mapping[Key, float] | None,
+        measured: Mapping[Key, float] | None,
         all_rows: bool = True,
-    ) -> LeanCycle:
-        """The one booking loop of every cycle (:meth:`step`, :meth:`step_lean`,
-        :meth:`fast_forward`): book ``repeat`` identical cycles of ``cycle`` s whose
-        per-cycle grants are ``granted`` (Mcycles) on ``entries``, in their order: work
-        done, eq. (4) on each virtual clock, finishes. ``available``: per capped subtask,
-        the Mcycles per cycle it could have had without its cap (reported as
+    ) -> Booking:
+        """Rule 4, the booking loop of every cycle (the simulator's lean path books with it
+        too, so both give the same bits): on ``entries``, in their order, book the cycle
+        of ``cycle`` s ending at ``real_time`` (s) whose grants are ``granted`` (Mcycles):
+        work done, eqs. (4)-(5) on each virtual clock, finishes. ``available``: per
+        capped subtask, the Mcycles it could have had without its cap (reported as
         ``available_work``; the others report their grant). ``measured``: work a process
-        really did (replaces the grant in the work done and the clock). ``quiet_bound``
-        (one cycle, no ``measured``): also find what :meth:`quiet_cycles` ``(cycle, 0)``
-        will answer next cycle if ``granted`` becomes the last split (the same
-        arithmetic on the same figures, while the loop has them at hand). ``all_rows``
-        off: rows only for the grid QoS entries (what the simulator reads)."""
-        m = float(repeat)
-        bound = math.inf
-        node = self.node
+        really did (replaces the grant in the work done and the clock). ``all_rows`` off:
+        rows only for the grid QoS entries."""
         used = 0.0
         rows: list[BookedRow] = []
         qos_granted: list[float] = []
-        finished: list[tuple[str, int]] = []
+        finished: list[Key] = []
         qos = QueueName.QOS
         grant_of = granted.get
         for e in entries:
             s = e.subtask
-            key = e.key  # (s.job_id, s.index), fixed for the entry's life
+            key = e.key
             left = s.work - s.done_work
-            # Expected work per cycle (x in eq. 4): the admitted rate, but never more
+            # Expected work in the cycle (x of eq. 4): the admitted rate, but never more
             # than the work left, so a subtask finishing mid-cycle is not "late".
             per = s.expected_rate * cycle
-            if repeat == 1:
-                x = per if per < left else left
-                g = grant_of(key, 0.0)
-                # Work really done: what a process measured, else the grant.
-                w = measured[key] if measured is not None and key in measured else g
-                s.done_work += w
-                clock = e.clock
-                if x > 0 and w >= 0 and real_time >= clock.previous_real_time:
-                    # VirtualClock.advance(real_time, x, w), inlined (the same arithmetic).
-                    clock.virtual_time += (w / x) * (real_time - clock.previous_real_time)
-                    clock.previous_real_time = real_time
-                    tv = clock.virtual_time
-                elif x > 0:
-                    tv = clock.advance(real_time, x, w)  # raises
-                else:
-                    tv = clock.advance(real_time, 0, 0)
-                done = left - w <= WORK_EPSILON
-                if quiet_bound and g > 0:
-                    cores = s.demand.cpu if s.demand is not None else 1.0
-                    floor = max(
-                        min(cores, node.cores) * node.speed_mhz * cycle, s.expected_rate * cycle
-                    )
-                    remaining = s.work - s.done_work
-                    bound = min(bound, ((remaining if remaining > 0.0 else 0.0) - floor) / g)
+            x = per if per < left else left
+            g = grant_of(key, 0.0)
+            # Work really done (x_bar): what a process measured, else the grant.
+            w = measured[key] if measured is not None and key in measured else g
+            s.done_work += w
+            clock = e.clock
+            if x > 0 and w >= 0 and real_time >= clock.previous_real_time:
+                # Eqs. (4)-(5) as VirtualClock.advance computes them, written here because
+                # this loop runs for every entry of every cycle.
+                clock.virtual_time += (w / x) * (real_time - clock.previous_real_time)
+                clock.previous_real_time = real_time
+                tv = clock.virtual_time
+            elif x > 0:
+                tv = clock.advance(real_time, x, w)  # raises
             else:
-                x, g, left, tv = self._repeat(e, per, granted.get(key, 0.0), cycle, repeat)
-                w = g
-                done = left <= WORK_EPSILON
+                tv = clock.advance(real_time, 0, 0)
+            done = left - w <= WORK_EPSILON
             used += g
             if done:
                 s.done_work = s.work
@@ -1266,43 +823,31 @@ class LocalScheduler:
                 finished.append(key)
             if e.queue is qos:
                 qos_granted.append(g)
-                a = available[key] * m if available is not None and key in available else g
+                a = available[key] if available is not None and key in available else g
                 rows.append((qos, s.job_id, s.index, x, g, w, tv, done, a))
             elif all_rows:
                 rows.append((e.queue, s.job_id, s.index, x, g, w, tv, done, g))
-        out = LeanCycle(used, qos_granted, finished, rows)
-        if quiet_bound:
-            out.quiet = (
-                1 << 30 if bound == math.inf else (int(bound) + 1 if bound >= 0 else 0)
-            )
-        return out
+        return used, qos_granted, finished, rows
 
     def _account(
         self,
         real_time: float,
         cycle: float,
-        entries: Iterable[_Entry],
-        granted: Mapping[tuple[str, int], float],
-        queue_cpu: Mapping[QueueName, float],
-        virtual_idle: float,
-        lent: float,
-        capacity: float,
-        repeat: int = 1,
-        available: Mapping[tuple[str, int], float] | None = None,
-        measured: Mapping[tuple[str, int], float] | None = None,
+        split: Split,
+        measured: Mapping[Key, float] | None,
     ) -> CycleResult:
-        """Book ``repeat`` identical cycles (:meth:`_book`) and return them as a
-        :class:`CycleResult` with totals over the span: a grant per entry, a progress
-        report per grid QoS subtask."""
-        m = float(repeat)
+        """Book the cycle (:meth:`_book`) and return it as a :class:`CycleResult`: a grant
+        per entry, a progress report per grid QoS subtask."""
         node_name = self.node.name
-        booked = self._book(real_time, cycle, entries, granted, available, measured, repeat)
+        used, _, finished, rows = self._book(
+            real_time, cycle, split.entries, split.granted, split.available, measured
+        )
         qos = QueueName.QOS
         incarnation = self.incarnation
         seq = self._seq
         grants: list[Grant] = []
         reports: list[ProgressReport] = []
-        for queue, job_id, index, x, g, w, tv, done, a in booked.rows:
+        for queue, job_id, index, x, g, w, tv, done, a in rows:
             grants.append(Grant(job_id, index, queue, x, g, tv))
             if queue is qos:
                 seq += 1
@@ -1317,12 +862,12 @@ class LocalScheduler:
             real_time=real_time,
             grants=tuple(grants),
             reports=tuple(reports),
-            finished=tuple(booked.finished),
-            queue_cpu={q: c * m for q, c in queue_cpu.items()},
-            virtual_idle=virtual_idle * m,
-            lent_to_best_effort=lent * m,
-            used=booked.used,
-            capacity=capacity * m,
+            finished=tuple(finished),
+            queue_cpu=split.queue_cpu,
+            virtual_idle=split.virtual_idle,
+            lent_to_best_effort=split.lent,
+            used=used,
+            capacity=split.capacity,
         )
 
 

@@ -277,7 +277,8 @@ class LocalManagerActor:
         processes are kept; other orphans of this node are reaped), with a new
         incarnation."""
         from local_manager.executor_records import ExecutorRecord
-        from local_manager.process_executor import ProcessExecutor, reap_stale_subtasks
+        from local_manager.process_executor import ProcessExecutor
+        from local_manager.sweep import reap_stale_subtasks
         from runtime.metrics import RayNodeMetrics
 
         ckpt = Path(checkpoint) if checkpoint else None

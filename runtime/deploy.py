@@ -702,7 +702,7 @@ def teardown(names: Sequence[str] | None = None) -> list[str]:
             log.info("removed the restart file %s left by an actor that did not answer", path)
         # The subtask processes such an actor left on this machine: the other managers'
         # sweeps spared them while its restart file held them for its restart.
-        from local_manager.process_executor import reap_stale_subtasks
+        from local_manager.sweep import reap_stale_subtasks
 
         try:
             reap_stale_subtasks()

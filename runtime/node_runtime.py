@@ -67,8 +67,8 @@ from typing import Any, Protocol
 
 from coallocator.messages import ProgressReport, ReweightCommand
 from global_manager.engine import apply_commands
+from local_manager.executor_records import CycleUsage, ExecutorRecord, ExecutorState
 from local_manager.exit_recorder import describe as describe_exit
-from local_manager.process_executor import ExecutorState
 from local_manager.scheduler import CycleResult, LocalScheduler
 from runtime.config import ExecutorKind, RuntimeConfig
 from runtime.timebase import ModelClock, boundary_index
@@ -101,6 +101,30 @@ class CommandSource(Protocol):
     def poll(self) -> list[ReweightCommand]: ...
 
 
+class SubtaskProcess(Protocol):
+    """What the loop needs of a process subtask's executor
+    (:class:`local_manager.process_executor.ProcessExecutor`, or a test's fake): CPU in
+    CPU-seconds, shares in cores, times in seconds of the executor's clock."""
+
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def cpu_s_total(self) -> float: ...
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def ncores(self) -> float: ...
+    def start(self) -> None: ...
+    def begin_cycle(self, share: float, cycle_s: float) -> None: ...
+    def step(self) -> float | None: ...
+    def end_cycle(self) -> CycleUsage: ...
+    def checkpoint(self) -> ExecutorRecord: ...
+    def close(self) -> None: ...
+
+
+#: ``process_factory(argv, speed_mhz, output)``: a process subtask's executor, not started.
+ProcessFactory = Callable[[tuple[str, ...], float, Path | None], SubtaskProcess]
+
 FinishFn = Callable[[SubtaskOutcome], None]
 
 
@@ -113,8 +137,9 @@ class _ProcessRun:
         "reattached",
     )
 
-    def __init__(self, executor: Any | None) -> None:
-        self.executor: Any = executor  # None when the command could not be started
+    def __init__(self, executor: SubtaskProcess | None) -> None:
+        # None when the command could not be started.
+        self.executor: SubtaskProcess | None = executor
         self.failure: str | None = None
         self.measured = 0.0  # Mcycles of model work measured so far
         self.share = 0.0  # cores granted in the current cycle
@@ -165,7 +190,7 @@ class NodeRuntime:
         on_finish: FinishFn,
         incarnation: int | None = None,
         output_dir: Path | None = None,
-        process_factory: Callable[[tuple[str, ...], float, Path | None], Any] | None = None,
+        process_factory: ProcessFactory | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         checkpoint: Path | None = None,
     ) -> None:
@@ -223,7 +248,9 @@ class NodeRuntime:
         #: The last idle state written (boundary left out; None: not idle).
         self._idle_written: dict[str, Any] | None = None
 
-    def _real_process(self, argv: tuple[str, ...], speed_mhz: float, output: Path | None) -> Any:
+    def _real_process(
+        self, argv: tuple[str, ...], speed_mhz: float, output: Path | None
+    ) -> SubtaskProcess:
         return _default_process_factory(argv, speed_mhz, output, restart_file=self.checkpoint)
 
     # ----------------------------------------------------------------- checkpoint
@@ -286,7 +313,9 @@ class NodeRuntime:
         self._checkpoint_made = True
         self._idle_written = idle
 
-    def restore(self, data: dict[str, Any], attach: Callable[[dict[str, Any]], Any]) -> int:
+    def restore(
+        self, data: dict[str, Any], attach: Callable[[dict[str, Any]], SubtaskProcess]
+    ) -> int:
         """Take over a dead manager's subtasks from its :meth:`checkpoint_state`, before
         :meth:`run`. ``attach(record)`` adopts a running process subtask from its executor
         record (ProcessExecutor.attach). Returns how many subtasks were restored."""
@@ -501,6 +530,7 @@ class NodeRuntime:
             wake = deadline
             for run in self._procs.values():
                 if run.in_cycle and run.next_at is not None:
+                    assert run.executor is not None  # in a cycle: it was started
                     if run.next_at <= now:
                         run.next_at = run.executor.step()
                     if run.next_at is not None:
@@ -527,6 +557,7 @@ class NodeRuntime:
         for key, run in self._procs.items():
             if not run.in_cycle:
                 continue
+            assert run.executor is not None  # in a cycle: it was started
             usage = run.executor.end_cycle()
             run.in_cycle = False
             run.next_at = None
@@ -600,6 +631,7 @@ class NodeRuntime:
         for key, run in self._procs.items():
             if run.exited or run.in_cycle:
                 continue
+            assert run.executor is not None  # one that could not start has exited
             rec = self._records[key]
             s = rec.subtask
             grant = self._last_grants.get(key)
@@ -723,7 +755,7 @@ class NodeRuntime:
             # Also the subtasks orphaned by a local manager that was killed on this node
             # (their owner is gone): `coalloc down` leaves none behind. Those of another
             # node's manager that Ray is restarting stay for it to re-attach.
-            from local_manager.process_executor import reap_stale_subtasks
+            from local_manager.sweep import reap_stale_subtasks
 
             try:
                 reap_stale_subtasks(own_restart_file=self.checkpoint)
@@ -790,7 +822,7 @@ def _subtask_dict(placed: Subtask, live: Subtask) -> dict[str, Any]:
 def _default_process_factory(
     argv: tuple[str, ...], speed_mhz: float, output: Path | None,
     restart_file: Path | None = None,
-) -> Any:
+) -> SubtaskProcess:
     """A real process subtask; ``restart_file``: its node's checkpoint (None: none)."""
     from local_manager.process_executor import ProcessExecutor
 

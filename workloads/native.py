@@ -46,6 +46,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "fairness.single",
     "clocks.virtual",
     "local_manager.scheduler",
+    "local_manager.replay",
     "coallocator.controller",
     "coallocator.core",
     "coallocator.phase_log",

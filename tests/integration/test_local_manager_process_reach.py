@@ -21,19 +21,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from local_manager.process_executor import (
+from local_manager.cgroups import detect_cgroup_containment
+from local_manager.executor_records import (
     Containment,
     CycleUsage,
     ExecutorRecord,
     ExecutorState,
     LimitMode,
-    ProcessExecutor,
-    acquire_child_subreaper,
-    detect_cgroup_containment,
-    owner_marker,
-    reap_stale_subtasks,
-    release_child_subreaper,
 )
+from local_manager.proc_tree import acquire_child_subreaper, owner_marker, release_child_subreaper
+from local_manager.process_executor import ProcessExecutor
+from local_manager.sweep import reap_stale_subtasks
 from workloads.atomic import atomic_write_json
 
 pytestmark = pytest.mark.integration
@@ -208,7 +206,8 @@ def test_cancel_reaches_setsid_children_and_orphans(
 OWNER = textwrap.dedent(
     """
     import json, os, signal, sys, time
-    from local_manager.process_executor import ProcessExecutor, LimitMode
+    from local_manager.executor_records import LimitMode
+    from local_manager.process_executor import ProcessExecutor
     argv, containment, pidfile = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
     ex = ProcessExecutor(argv, speed_mhz=100.0, mode=LimitMode.DUTY_CYCLE,
                          containment=containment)
@@ -248,7 +247,8 @@ def test_a_sigkilled_owners_setsid_descendants_are_reaped(
 CRASHING_OWNER = textwrap.dedent(
     """
     import json, os, signal, sys, time
-    from local_manager.process_executor import ProcessExecutor, LimitMode
+    from local_manager.executor_records import LimitMode
+    from local_manager.process_executor import ProcessExecutor
     from workloads.atomic import atomic_write_json
     argv, containment, pidfile, record = (
         json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4])
@@ -453,7 +453,7 @@ SWEEP = textwrap.dedent(
     """
     import json
     from local_manager.exit_recorder import default_status_dir
-    from local_manager.process_executor import adopted_elsewhere_removed
+    from local_manager.sweep import adopted_elsewhere_removed
     from local_manager.proc_tree import stale_subtasks
     stale = stale_subtasks()
     print(json.dumps({"stale": stale,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import gc
+import logging
 import os
 import subprocess
 import sys
@@ -27,17 +28,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from local_manager.process_executor import (
-    Containment,
-    CycleUsage,
-    ExecutorState,
-    LimitMode,
-    ProcessExecutor,
-    acquire_child_subreaper,
-    detect_cgroup_containment,
-    reap_stale_subtasks,
-    release_child_subreaper,
-)
+from local_manager.cgroups import detect_cgroup_containment
+from local_manager.executor_records import Containment, CycleUsage, ExecutorState, LimitMode
+from local_manager.proc_tree import acquire_child_subreaper, release_child_subreaper
+from local_manager.process_executor import ProcessExecutor
+from local_manager.sweep import reap_stale_subtasks
 
 pytestmark = pytest.mark.integration
 
@@ -393,17 +388,24 @@ def test_subtasks_of_a_sigkilled_owner_are_found_and_killed(tmp_path: Path) -> N
     assert_group_gone(pgid)
 
 
-def test_cgroup_mode_falls_back_when_the_kernel_refuses(tmp_path: Path) -> None:
+def test_cgroup_mode_falls_back_when_the_kernel_refuses(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # A directory that looks delegated but is no cgroup: no cpu.max appears in a child.
     fake = tmp_path / "fake-cgroup"
     fake.mkdir()
     (fake / "cgroup.subtree_control").write_text("cpu\n")
     ex = ProcessExecutor(["sleep", "60"], speed_mhz=SPEED_MHZ, cgroup_parent=fake)
     assert ex.mode is LimitMode.CGROUP_V2
-    ex.start()
+    with caplog.at_level(logging.INFO, logger="coalloc.local_manager"):
+        ex.start()
     try:
         assert ex.mode is LimitMode.DUTY_CYCLE
         assert "cgroup v2 failed" in ex.mode_reason
+        # The operator reads why in the log: one warning line at start.
+        (line,) = [r for r in caplog.records if r.name == "coalloc.local_manager"]
+        assert line.levelno == logging.WARNING and ex.tag in line.getMessage()
+        assert ex.containment_reason in line.getMessage() and ex.mode_reason in line.getMessage()
         assert list(fake.iterdir()) == [fake / "cgroup.subtree_control"]  # cleaned up
         assert ex.run_cycle(0.5, 0.05).mode is LimitMode.DUTY_CYCLE
     finally:

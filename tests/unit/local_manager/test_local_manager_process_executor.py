@@ -15,33 +15,35 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from local_manager.process_executor import (
+from local_manager.cgroups import (
     CGROUP_PARENT_ENV,
-    OWNER_ENV,
-    REATTACH_WAIT_S,
-    RESTART_FILE_ENV,
-    TAG_ENV,
-    Containment,
-    DutyCyclePacer,
-    ExecutorRecord,
-    ExecutorState,
-    LimitMode,
-    ProcessExecutor,
-    ProcSample,
-    PsutilTable,
     SubtaskCgroup,
-    TreeCpuMeter,
     cgroup2_mounts,
     cpu_max_value,
     detect_cgroup_containment,
     detect_cgroup_v2,
     own_cgroup2_path,
-    owner_marker,
+)
+from local_manager.executor_records import (
+    Containment,
+    ExecutorRecord,
+    ExecutorState,
+    LimitMode,
     select_limit_mode,
     share_for_grant,
-    stale_subtasks,
     validate_argv,
 )
+from local_manager.pacer import DutyCyclePacer
+from local_manager.proc_tree import (
+    OWNER_ENV,
+    TAG_ENV,
+    ProcSample,
+    PsutilTable,
+    TreeCpuMeter,
+    owner_marker,
+    stale_subtasks,
+)
+from local_manager.process_executor import ProcessExecutor
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -661,91 +663,3 @@ def test_pacer_tick_without_begin_is_an_error() -> None:
         DutyCyclePacer().tick(0.0, 0.0)
     with pytest.raises(ValueError, match="period_s"):
         DutyCyclePacer(period_s=0.0)
-
-
-def test_stale_status_files_are_swept_but_kept_and_live_ones_stay(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import local_manager.process_executor as pe
-
-    table = FakeTable()
-    table.put(30)
-    table.envs[30] = {TAG_ENV: "live"}  # its recorder still runs
-    monkeypatch.setattr(pe, "PSUTIL", table)
-    hours_ago = pe.time.time() - 2 * pe.STALE_STATUS_S
-    files = {}
-    for tag in ("live", "kept", "killed", "fresh", "old"):
-        files[tag] = tmp_path / f"{tag}.exit"
-        files[tag].write_text("{}")
-        if tag != "fresh":
-            os.utime(files[tag], (hours_ago, hours_ago))
-    (tmp_path / "old.exit.owner").write_text("1")
-    pe._remove_stale_status_files(tmp_path, keep={"kept"}, killed={"killed"})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.exit", "kept.exit", "live.exit"]
-
-
-def test_a_subtask_reattached_by_a_live_owner_is_not_stale_to_others(tmp_path: Path) -> None:
-    import local_manager.process_executor as pe
-    from local_manager.exit_recorder import status_path, write_owner
-
-    table = FakeTable()
-    table.put(10, created=555.0)  # the live owner that re-attached "adopted"
-    for pid, tag in ((40, "adopted"), (41, "adopted"), (42, "orphan"), (43, "gone")):
-        table.put(pid)
-        table.envs[pid] = {OWNER_ENV: "9:100.000", TAG_ENV: tag}  # started by dead 9
-    table.put(44)
-    table.envs[44] = {OWNER_ENV: "9:100.000"}  # no tag: stale
-    write_owner(status_path(tmp_path, "adopted"), "10:555.000")
-    write_owner(status_path(tmp_path, "gone"), "11:100.000")  # that owner died too
-    stale = stale_subtasks(table)
-    assert stale == [40, 41, 42, 43, 44]
-    assert pe.adopted_elsewhere_removed(stale, tmp_path, table) == [42, 43, 44]
-    assert pe.adopted_elsewhere_removed(stale, None, table) == stale
-
-
-def test_a_subtask_whose_owner_is_restarting_is_left_to_it_by_other_sweeps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A subtask's owner was SIGKILLed and Ray restarts it: until the restarted owner
-    re-attaches it, a sweep by any other owner on the machine (another node's manager
-    starting or closing, another deployment's) must not kill it. Its restart file holds
-    it while that file exists, names its tag and was written within REATTACH_WAIT_S; the
-    owner of that file decides alone (by ``keep_tags``)."""
-    import local_manager.process_executor as pe
-
-    table = FakeTable()
-    now = pe.time.time()
-    files = {}
-    for name, names in (("held", "t-held"), ("old", "t-old"), ("dropped", "t-other"),
-                        ("own", "t-own")):
-        files[name] = tmp_path / f"lm-{name}.json"
-        files[name].write_text(json.dumps({"subtasks": [{"executor": {"tag": names}}]}))
-    long_ago = now - 2 * REATTACH_WAIT_S
-    os.utime(files["old"], (long_ago, long_ago))  # its owner is not coming back
-    started = {
-        50: ("t-held", files["held"]),  # held for its restarting owner
-        51: ("t-old", files["old"]),  # the file was not written for too long
-        52: ("t-dropped", files["dropped"]),  # the file no longer names it
-        53: ("t-gone", tmp_path / "lm-gone.json"),  # down removed the file
-        54: ("t-own", files["own"]),  # the sweeping owner's own: keep_tags decide
-    }
-    for pid, (tag, path) in started.items():
-        table.put(pid)
-        table.envs[pid] = {OWNER_ENV: "9:100.000", TAG_ENV: tag, RESTART_FILE_ENV: str(path)}
-    table.put(55)
-    table.envs[55] = {OWNER_ENV: "9:100.000", TAG_ENV: "t-plain"}  # no restart file
-    stale = stale_subtasks(table)
-    assert stale == [50, 51, 52, 53, 54, 55]
-    assert pe.awaiting_reattach_removed(stale, files["own"], table, now) == [51, 52, 53, 54, 55]
-    assert pe.awaiting_reattach_removed(stale, None, table, now) == [51, 52, 53, 55]
-
-    # The sweep itself (as a local manager's start or close runs it) spares it.
-    reaped: list[list[int]] = []
-    monkeypatch.setattr(pe, "PSUTIL", table)
-    monkeypatch.setattr(pe, "_reap", lambda pids, root: reaped.append(sorted(pids)) or pids)
-    pe.reap_stale_subtasks(status_dir=tmp_path / "exit")
-    assert reaped == [[51, 52, 53, 55]]
-    files["held"].unlink()  # `coalloc down` removed it: nothing holds it any more
-    pe.reap_stale_subtasks(status_dir=tmp_path / "exit")
-    assert reaped[-1] == [50, 51, 52, 53, 55]
-

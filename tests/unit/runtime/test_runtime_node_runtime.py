@@ -15,7 +15,7 @@ from support import wait_until
 
 from clocks.base import ManualClock
 from coallocator.messages import ProgressReport, ReweightCommand
-from local_manager.process_executor import CycleUsage, ExecutorState, LimitMode
+from local_manager.executor_records import CycleUsage, ExecutorState, LimitMode
 from runtime.config import RuntimeConfig, runtime_core
 from runtime.controller_service import ControllerService
 from runtime.node_runtime import NodeRuntime
