@@ -27,6 +27,7 @@ from runtime.global_service import (
     read_journal,
 )
 from runtime.journal import Journal
+from runtime.status import to_json
 from runtime.timebase import ModelClock, TimeBase
 from tests.unit.runtime.test_runtime_gm_recovery import Recorder
 from tests.unit.runtime.test_runtime_wiring import JOBS, NODES, strict
@@ -102,7 +103,7 @@ def state_of(gm: GlobalService) -> dict[str, Any]:
         "tokens": gm.tokens, "lost": gm.lost, "counters": gm.counters,
         "archive": gm.archived_jobs(),
         "describe": [{k: v for k, v in d.items() if d["state"] != "pending" or k not in derived}
-                     for d in gm.describe(archived=True)["jobs"]],
+                     for d in map(to_json, gm.describe(archived=True).jobs)],
     }
 
 
@@ -171,9 +172,9 @@ def test_finished_jobs_leave_the_table_after_the_retention_and_are_still_read(
     assert set(w.gm.job_states()) == {waits, runs}  # the live table
     assert w.gm.job_states([done]) == {done: "completed"}  # by id, from the archive
     assert w.gm.job(done) == finished
-    assert [j["job_id"] for j in w.gm.describe()["jobs"]] == [waits, runs]
-    assert [j["job_id"] for j in w.gm.describe(archived=True)["jobs"]] == [waits, runs, done]
-    assert w.gm.describe(done)["jobs"] == [finished]
+    assert [j.job_id for j in w.gm.describe().jobs] == [waits, runs]
+    assert [j.job_id for j in w.gm.describe(archived=True).jobs] == [waits, runs, done]
+    assert w.gm.describe(done).jobs == [finished]
     (again,) = w.gm.cancel_many([done])
     assert again["result"] == "already completed"
     # A restarted manager reads the same archive; the journal keeps no row of it live.
@@ -193,8 +194,8 @@ def test_a_journal_without_retention_keeps_the_archive_in_memory(tmp_path: Path)
     gm.cancel(a["job_id"])
     w.manual.set(KEEP_S + CYCLE)
     assert gm.archive_finished() == 1
-    assert gm.job(a["job_id"])["state"] == "cancelled"  # type: ignore[index]
-    assert [j["job_id"] for j in gm.describe(archived=True)["jobs"]] == [a["job_id"]]
+    assert gm.job(a["job_id"]).state == "cancelled"  # type: ignore[union-attr]
+    assert [j.job_id for j in gm.describe(archived=True).jobs] == [a["job_id"]]
 
 
 def test_a_whole_file_journal_of_the_version_before_is_read_and_kept_aside(
@@ -255,7 +256,7 @@ def test_a_version_3_journal_written_by_the_code_before_is_read_and_rewritten(
     assert requeued.state.value == "pending" and "exit 3" in requeued.history[0]
     assert [s.work for s in gm.core.pending[requeued.job_id].spec.subtasks] == [
         s["work"] * 1000.0 for s in tables["pending"][requeued.job_id]["spec"]["subtasks"]]
-    assert [d["job_id"] for d in gm.describe(archived=True)["jobs"]][-2:] == list(
+    assert [d.job_id for d in gm.describe(archived=True).jobs][-2:] == list(
         tables["archive"])
     before = state_of(gm)
     gm.close()
