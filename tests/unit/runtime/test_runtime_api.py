@@ -28,8 +28,8 @@ from runtime.status import (
     StatusCounters,
     StatusDocument,
 )
-from workloads.model import JobPhase, QosClass
 from workloads.errors import UserError as CoreUserError
+from workloads.model import JobPhase, QosClass
 
 TOKEN = "s3cret-token"
 
