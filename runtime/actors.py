@@ -12,7 +12,11 @@
 
 They are plain classes; :mod:`runtime.deploy` turns them into Ray actors with
 ``ray.remote(...).options(...)``. All are threaded actors (``max_concurrency`` > 1) so
-that status calls are answered while the loops run.
+that status calls are answered while the loops run. What they answer is built elsewhere:
+the status document and the job table's views by :mod:`runtime.status`. Beside the
+actors, the global manager's monitor plumbing: its report calls out
+(:class:`ReportCalls`) and which local managers Ray is restarting (:class:`RestartWatch`,
+from Ray's state API).
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from runtime.api import ApiServer
 from runtime.config import (
@@ -67,6 +71,9 @@ if TYPE_CHECKING:
     from coallocator.security import ClientCurve, ServerCurve
 
 log = logging.getLogger("coalloc.runtime")
+
+#: A call's reference (a Ray ``ObjectRef``; any hashable value in tests).
+_Ref = TypeVar("_Ref", bound=Hashable)
 
 #: Real seconds the monitor waits for the local managers' reports (all at once) before
 #: counting a node as silent this round.
@@ -417,29 +424,29 @@ class LocalManagerActor:
 # ------------------------------------------------------------------- global manager
 
 
-class ReportCalls:
+class ReportCalls(Generic[_Ref]):
     """The monitor's report calls still out (no Ray here: a call is any hashable
     reference). A node with a call out is not asked again; a call out longer than
     ``give_up_s`` real s is given up, so its node is asked again next round."""
 
     def __init__(self, give_up_s: float) -> None:
         self.give_up_s = give_up_s
-        self._out: dict[Any, tuple[str, float]] = {}  # ref -> (node, asked at, real s)
+        self._out: dict[_Ref, tuple[str, float]] = {}  # ref -> (node, asked at, real s)
 
     def to_ask(self, nodes: Iterable[str]) -> list[str]:
         """Those of ``nodes`` with no call out, in their order."""
         busy = {node for node, _ in self._out.values()}
         return [n for n in nodes if n not in busy]
 
-    def asked(self, ref: Any, node: str, at: float) -> None:
+    def asked(self, ref: _Ref, node: str, at: float) -> None:
         """``node`` was asked at ``at`` (real s); ``ref`` is the call's reference."""
         self._out[ref] = (node, at)
 
-    def refs(self) -> list[Any]:
+    def refs(self) -> list[_Ref]:
         """The calls out."""
         return list(self._out)
 
-    def came(self, ref: Any) -> str:
+    def came(self, ref: _Ref) -> str:
         """Call ``ref`` came back (an answer or an error): no longer out. Its node."""
         return self._out.pop(ref)[0]
 
@@ -545,7 +552,7 @@ class _RayDispatch:
 
         ray.get(self.local_managers[node].place.remote(subtasks, start), timeout=CALL_TIMEOUT_S)
 
-    def cancel(self, job_id: str, nodes: Any, reason: str = "") -> list[str]:
+    def cancel(self, job_id: str, nodes: Iterable[str], reason: str = "") -> list[str]:
         """Stop run ``job_id`` on ``nodes`` and the controller; never raises. Returns the
         actors that could not be reached (a node's zombie run is cancelled by the
         reconciliation once its manager answers again)."""
@@ -667,7 +674,7 @@ class GlobalManagerActor:
         import ray
 
         wait = 0.0
-        calls = ReportCalls(STATUS_TIMEOUT_S)
+        calls: ReportCalls[ObjectRef[NodeReport]] = ReportCalls(STATUS_TIMEOUT_S)
         while not self._stop.wait(wait):
             began = time.monotonic()
             asked = self.service.running_subtasks()
@@ -677,7 +684,7 @@ class GlobalManagerActor:
                 ref = self.local_managers[n].report.remote(asked.get(n, []))
                 calls.asked(ref, n, began)
                 new.append(ref)
-            ready: list[Any] = []
+            ready: list[ObjectRef[NodeReport]] = []
             if new:
                 ready, _ = ray.wait(new, num_returns=len(new), timeout=MONITOR_S)
             if earlier:
