@@ -524,22 +524,21 @@ def job_record(
     s; ``base``: the clock's time base (wall-clock times); ``dispatching``: its current
     run's calls are still out; ``starts``: every pending job's estimated start (model s),
     needed for a pending job."""
-    rec = JobRecord.model_validate(info.to_dict())
-    update: dict[str, object] = {}
+    rec = dict(info.to_dict())
     if info.state is JobPhase.RUNNING:
-        update["dispatching"] = dispatching
+        rec["dispatching"] = dispatching
     elif info.state is JobPhase.PENDING:
         reasons = reasons_of(core, info.job_id)
         est = (starts or {}).get(info.job_id)
-        update.update(
+        rec.update(
             wait=now - queued_since(info),
             estimated_start=est,
             estimated_start_time=wall_time(base, est),
-            pending_reasons=[PendingReasonView(kind=r.kind.value, message=r.message,
-                                               subtask=r.subtask) for r in reasons],
+            pending_reasons=[{"kind": r.kind.value, "message": r.message,
+                              "subtask": r.subtask} for r in reasons],
             reason=pending_reason(info, reasons),
         )
-    return rec.model_copy(update=update) if update else rec
+    return JobRecord.model_validate(rec)
 
 
 def queue_order(jobs: Iterable[_J]) -> list[_J]:
@@ -556,7 +555,8 @@ def queue_row(info: JobEntry, rec: JobRecord, now: float) -> QueueRow:
     wait = rec.wait
     if info.state is JobPhase.RUNNING:
         wait = (info.start_at or now) - queued_since(info)
-    return QueueRow(
+    # Every field is set from the record's, already checked: nothing to validate again.
+    return QueueRow.model_construct(
         job_id=rec.job_id, name=rec.name, qos=rec.qos, user=rec.user, priority=rec.priority,
         state=rec.state, wait=wait, reason=rec.reason, nodes=rec.nodes, attempt=rec.attempt,
         pending_reasons=rec.pending_reasons, start_at=rec.start_at,
@@ -721,6 +721,8 @@ def job_status(
     fields, the controller's clocks and its progress; the job with the controller's
     figures of its run (``view``; None: the controller has none, or the job is
     pending)."""
+    if view is None and not job.subtasks:
+        return job  # a pending job: nothing to add
     tvs = view.virtual_times if view is not None else None
     subs = []
     for s in job.subtasks:
@@ -729,7 +731,8 @@ def job_status(
             update["controller_virtual_time"] = tvs[s.index]
             update["controller_done"] = bool((view.done or [])[s.index])
         sub = s.model_copy(update=update)
-        subs.append(sub.model_copy(update={"progress": _progress(sub)}))
+        sub.progress = _progress(sub)  # set on the copy: it counts as set
+        subs.append(sub)
     figures: dict[str, object] = {"subtasks": subs}
     if view is not None:
         for key in CLOSED_FIGURES if view.closed else TRACKED_FIGURES:

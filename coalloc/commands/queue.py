@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from coalloc.commands._runtime_args import table
-from runtime.status import JobRecord, QueueRow, to_json
+from runtime.status import JobRecord, QueueRow
 from workloads.model import JobPhase
 
 
@@ -31,10 +31,11 @@ def register(subparsers: Any) -> None:
 
 def run_queue(args: argparse.Namespace) -> int:
     from coalloc.client import connect
+    from runtime.api import strict_json
 
     rows = connect(args.address).queue()
     if args.json:
-        print(json.dumps([to_json(r) for r in rows], indent=2, sort_keys=True, default=str))
+        print(json.dumps(strict_json(rows), indent=2, sort_keys=True, default=str))
         return 0
     print(render(rows))
     return 0
