@@ -4,7 +4,11 @@
     client = coalloc.connect()            # the cluster `coalloc up` started, or address=
     job_id = client.submit("examples/coupled-sim.yaml")
     final = client.wait(job_id, timeout=60)
-    print(final["state"], client.status(job_id)["jobs"][0]["phase_difference"])
+    print(final.state, client.status(job_id).jobs[0].phase_difference)
+
+Answers are the typed documents of :mod:`runtime.status` (pydantic models: a job record,
+the status document, queue rows, submission answers, cancel results), parsed from the
+global manager's JSON as the API serves it.
 
 ``connect`` finds the cluster from ``address`` (``host:port`` of the Ray GCS, or
 ``auto``), else from the state file ``coalloc up`` wrote (``~/.coalloc/state.json``), else
@@ -24,6 +28,16 @@ from typing import Any
 
 from coalloc.api_client import HttpApi
 from coalloc.errors import UserError
+from runtime.status import (
+    CancelResult,
+    JobRecord,
+    QueueRow,
+    StatusDocument,
+    SubmitAnswer,
+    parse_answers,
+    parse_cancels,
+    parse_queue,
+)
 
 
 def _os_user() -> str:
@@ -154,13 +168,13 @@ class Client:
         return jobs
 
     # ------------------------------------------------------------------ the API
-    def submit_all(self, spec: Any) -> list[dict[str, Any]]:
+    def submit_all(self, spec: Any) -> list[SubmitAnswer]:
         """Submit every job of ``spec`` in one batch (they start at the same cycle
         boundary); one answer per job: ``job_id``, ``name``, ``admitted``, ``reason``,
         ``nodes``, ``start_at`` (model s)."""
-        return list(self._call("submit", self.specs(spec), uuid.uuid4().hex))
+        return parse_answers(self._call("submit", self.specs(spec), uuid.uuid4().hex))
 
-    def submit_file(self, path: str | Path) -> list[dict[str, Any]]:
+    def submit_file(self, path: str | Path) -> list[SubmitAnswer]:
         """:meth:`submit_all` of a job file. Through the API its text is sent as it is
         and the global manager checks it (the same checks and messages as here, naming
         ``path``): this process needs no job parser. A file that cannot be read as
@@ -173,7 +187,8 @@ class Client:
             text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError):
             return self.submit_all(path)
-        return list(self._call("submit_file", text, str(path), _os_user(), uuid.uuid4().hex))
+        return parse_answers(
+            self._call("submit_file", text, str(path), _os_user(), uuid.uuid4().hex))
 
     def submit(self, spec: Any) -> str:
         """Submit one job; return its id (it runs, or waits in the pending queue).
@@ -184,63 +199,63 @@ class Client:
                 f"{spec if isinstance(spec, (str, Path)) else '<input>'}: holds {len(jobs)} "
                 "jobs; use submit_all for several"
             )
-        (answer,) = self._call("submit", jobs, uuid.uuid4().hex)
-        if not answer["admitted"] and not answer.get("pending"):
-            raise JobRejected(answer["job_id"], answer["reason"])
-        return str(answer["job_id"])
+        (answer,) = parse_answers(self._call("submit", jobs, uuid.uuid4().hex))
+        if not answer.admitted and not answer.pending:
+            raise JobRejected(answer.job_id, answer.reason)
+        return answer.job_id
 
-    def job(self, job_id: str) -> dict[str, Any]:
+    def job(self, job_id: str) -> JobRecord:
         """The global manager's record of one job; UserError for an unknown id."""
         rec = self._call("job", job_id)
         if rec is None:
             raise UserError(f"{job_id}: unknown job id")
-        return dict(rec)
+        return JobRecord.model_validate(rec)
 
-    def wait(self, job_id: str, timeout: float | None = None) -> dict[str, Any]:
+    def wait(self, job_id: str, timeout: float | None = None) -> JobRecord:
         """Block until the job is completed, failed, cancelled, expired or rejected (not
         pending or running); return its record. Raises TimeoutError after ``timeout`` real
         seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             rec = self.job(job_id)
-            if rec["state"] not in ("running", "pending"):
+            if rec.state.final:
                 return rec
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"{job_id}: still {rec['state']} after {timeout:g} s")
+                raise TimeoutError(f"{job_id}: still {rec.state.value} after {timeout:g} s")
             time.sleep(POLL_S)
 
     def job_states(self, job_ids: Iterable[str] | None = None) -> dict[str, str]:
         return dict(self._call("job_states", list(job_ids) if job_ids is not None else None))
 
-    def status(self, job_id: str | None = None, all_jobs: bool = False) -> dict[str, Any]:
+    def status(self, job_id: str | None = None, all_jobs: bool = False) -> StatusDocument:
         """The deployment's status (jobs, subtasks, nodes, clocks, phase differences,
         counters); with ``job_id`` only that job (UserError if unknown; an archived job
         too); ``all_jobs``: the archived jobs (finished more than ``--keep-finished``
         ago) too."""
-        st = dict(self._call("status", job_id, all_jobs))
-        if job_id is not None and not st["jobs"]:
+        st = StatusDocument.model_validate(self._call("status", job_id, all_jobs))
+        if job_id is not None and not st.jobs:
             raise UserError(f"{job_id}: unknown job id")
         return st
 
-    def queue(self) -> list[dict[str, Any]]:
+    def queue(self) -> list[QueueRow]:
         """Pending and running jobs, pending first in placement order: ``job_id``,
         ``name``, ``qos``, ``user``, ``priority``, ``state``, ``wait`` (model s),
         ``reason``, ``nodes``, ``attempt``, ``pending_reasons`` and, for a pending job,
         ``estimated_start`` (model s; None: cannot be estimated) and
         ``estimated_start_time`` (ISO 8601, UTC)."""
-        return list(self._call("queue"))
+        return parse_queue(self._call("queue"))
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
+    def cancel(self, job_id: str) -> JobRecord:
         """Cancel a running job (its processes are killed); return its record."""
         rec = self._call("cancel", job_id)
         if rec is None:
             raise UserError(f"{job_id}: unknown job id")
-        return dict(rec)
+        return JobRecord.model_validate(rec)
 
     def cancel_jobs(
         self, job_ids: Iterable[str] | None = None, user: str | None = None,
         state: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[CancelResult]:
         """Cancel several jobs at once, as ``scancel``: those named (None: every job not
         over yet) that belong to ``user`` and are in ``state`` (``pending`` or
         ``running``). One result per job: ``job_id``, ``was``, ``state`` and ``result``
@@ -250,7 +265,7 @@ class Client:
             raise UserError("cancel: give job ids, a user or a state")
         if state is not None and state not in ("pending", "running"):
             raise UserError(f"state: expected pending or running, got {state!r}")
-        return list(self._call("cancel_jobs", ids, user, state))
+        return parse_cancels(self._call("cancel_jobs", ids, user, state))
 
 
 def resolve_address(address: str | None) -> str:

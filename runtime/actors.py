@@ -12,7 +12,11 @@
 
 They are plain classes; :mod:`runtime.deploy` turns them into Ray actors with
 ``ray.remote(...).options(...)``. All are threaded actors (``max_concurrency`` > 1) so
-that status calls are answered while the loops run.
+that status calls are answered while the loops run. What they answer is built elsewhere:
+the status document and the job table's views by :mod:`runtime.status`. Beside the
+actors, the global manager's monitor plumbing: its report calls out
+(:class:`ReportCalls`) and which local managers Ray is restarting (:class:`RestartWatch`,
+from Ray's state API).
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from runtime.api import ApiServer
 from runtime.config import (
@@ -37,23 +41,39 @@ from runtime.config import (
 from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
 from runtime.journal import journal_files
-from runtime.node_health import HeardReport
 from runtime.node_host import HostedNode, node_handle
 from runtime.node_runtime import NodeRuntime
+from runtime.status import (
+    CancelResult,
+    ControllerView,
+    GlobalManagerStatus,
+    JobRecord,
+    QueueRow,
+    StatusDocument,
+    SubmitAnswer,
+    assemble_status,
+    controller_placeholder,
+    parse_answers,
+    parse_cancels,
+)
 from runtime.timebase import ModelClock, TimeBase, make_real_clock
 from workloads.messages import (
     JobRegistration,
     NodeReport,
     SubtaskOutcome,
     SubtaskPhase,
-    SubtaskReport,
 )
 from workloads.model import JobSpec, Node, Subtask
 
 if TYPE_CHECKING:
+    from ray import ObjectRef
+
     from coallocator.security import ClientCurve, ServerCurve
 
 log = logging.getLogger("coalloc.runtime")
+
+#: A call's reference (a Ray ``ObjectRef``; any hashable value in tests).
+_Ref = TypeVar("_Ref", bound=Hashable)
 
 #: Real seconds the monitor waits for the local managers' reports (all at once) before
 #: counting a node as silent this round.
@@ -405,29 +425,29 @@ class LocalManagerActor:
 # ------------------------------------------------------------------- global manager
 
 
-class ReportCalls:
+class ReportCalls(Generic[_Ref]):
     """The monitor's report calls still out (no Ray here: a call is any hashable
     reference). A node with a call out is not asked again; a call out longer than
     ``give_up_s`` real s is given up, so its node is asked again next round."""
 
     def __init__(self, give_up_s: float) -> None:
         self.give_up_s = give_up_s
-        self._out: dict[Any, tuple[str, float]] = {}  # ref -> (node, asked at, real s)
+        self._out: dict[_Ref, tuple[str, float]] = {}  # ref -> (node, asked at, real s)
 
     def to_ask(self, nodes: Iterable[str]) -> list[str]:
         """Those of ``nodes`` with no call out, in their order."""
         busy = {node for node, _ in self._out.values()}
         return [n for n in nodes if n not in busy]
 
-    def asked(self, ref: Any, node: str, at: float) -> None:
+    def asked(self, ref: _Ref, node: str, at: float) -> None:
         """``node`` was asked at ``at`` (real s); ``ref`` is the call's reference."""
         self._out[ref] = (node, at)
 
-    def refs(self) -> list[Any]:
+    def refs(self) -> list[_Ref]:
         """The calls out."""
         return list(self._out)
 
-    def came(self, ref: Any) -> str:
+    def came(self, ref: _Ref) -> str:
         """Call ``ref`` came back (an answer or an error): no longer out. Its node."""
         return self._out.pop(ref)[0]
 
@@ -440,6 +460,80 @@ class ReportCalls:
             if now - at > self.give_up_s:
                 del self._out[ref]
         return nodes
+
+
+#: Real seconds the state API's query for restarting actors may take.
+STATE_API_TIMEOUT_S = 1
+#: Real seconds before the state API is asked again after it did not answer (a cluster
+#: without Ray's dashboard, which serves it, never will).
+STATE_API_RETRY_S = 60.0
+
+
+def restarting_actors(actor_ids: Collection[str]) -> set[str] | None:
+    """Of ``actor_ids`` (hex), those Ray's actor table says it is restarting, from one
+    query of Ray's state API (:func:`ray.util.state.list_actors`, state
+    ``RESTARTING``). None when the state API did not answer: it is served by Ray's
+    dashboard, which a cluster may run without (``coalloc up``'s own head does)."""
+    from ray.util.state import list_actors
+
+    try:
+        found = list_actors(filters=[("state", "=", "RESTARTING")],
+                            timeout=STATE_API_TIMEOUT_S, raise_on_missing_output=False)
+    except Exception:  # noqa: BLE001 - no dashboard, or it did not answer in time
+        return None
+    return {str(a.actor_id) for a in found} & set(actor_ids)
+
+
+class RestartWatch:
+    """Which local managers Ray is restarting, as the monitor sees them (no Ray here:
+    ``actor_id`` names a node's actor, ``query`` is :func:`restarting_actors`).
+
+    A node is seen restarting either way: its actor's state in Ray's actor table was
+    ``RESTARTING`` at some check, or a call to it failed with ``ActorUnavailableError``
+    (Ray's "may come back"; ``ActorDiedError`` is "will not", a call that only timed
+    out says nothing: a hung manager). Kept until the node answers: the restarted actor
+    is ``ALIVE`` in the table a while before calls reach it on a loaded machine (the
+    caller learns its new address late). When the table cannot be read (no dashboard)
+    the failed calls alone say it, and the table is asked again only after
+    :data:`STATE_API_RETRY_S`."""
+
+    def __init__(
+        self, actor_id: Callable[[str], str],
+        query: Callable[[Collection[str]], set[str] | None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.actor_id = actor_id
+        self.query = query
+        self.clock = clock
+        self.seen: set[str] = set()
+        self._table_back_at = 0.0  # monotonic s the table may be asked again
+
+    def answered(self, node: str) -> None:
+        """``node`` answered: it is not restarting (any more)."""
+        self.seen.discard(node)
+
+    def restarting(self, nodes: Iterable[str], last_error: Mapping[str, str]) -> set[str]:
+        """Those of ``nodes`` (which did not answer) whose local manager Ray has been
+        restarting since they last answered; ``last_error``: node -> the name of the
+        exception its last call gave."""
+        nodes = list(nodes)
+        for node in nodes:
+            if last_error.get(node) == "ActorUnavailableError":
+                self.seen.add(node)
+        unknown = [n for n in nodes if n not in self.seen]
+        if unknown and self.clock() >= self._table_back_at:
+            ids: dict[str, str] = {}
+            for node in unknown:
+                try:
+                    ids[self.actor_id(node)] = node
+                except Exception:  # noqa: BLE001 - no handle: the failed call says
+                    continue
+            found = self.query(list(ids)) if ids else set()
+            if found is None:
+                self._table_back_at = self.clock() + STATE_API_RETRY_S
+            else:
+                self.seen.update(ids[a] for a in found if a in ids)
+        return self.seen.intersection(nodes)
 
 
 class _RayDispatch:
@@ -459,7 +553,7 @@ class _RayDispatch:
 
         ray.get(self.local_managers[node].place.remote(subtasks, start), timeout=CALL_TIMEOUT_S)
 
-    def cancel(self, job_id: str, nodes: Any, reason: str = "") -> list[str]:
+    def cancel(self, job_id: str, nodes: Iterable[str], reason: str = "") -> list[str]:
         """Stop run ``job_id`` on ``nodes`` and the controller; never raises. Returns the
         actors that could not be reached (a node's zombie run is cancelled by the
         reconciliation once its manager answers again)."""
@@ -519,7 +613,7 @@ class GlobalManagerActor:
             Path(journal) if journal else None,
             self.metrics,
         )
-        self._restart_seen: set[str] = set()  # nodes Ray restarts, until they answer
+        self._restarts = RestartWatch(self._actor_id, restarting_actors)
         #: Why each node's last report call gave no report (cleared by its next one).
         self._report_errors: dict[str, str] = {}
         self._first_round = threading.Event()  # the monitor's first round is over
@@ -581,7 +675,7 @@ class GlobalManagerActor:
         import ray
 
         wait = 0.0
-        calls = ReportCalls(STATUS_TIMEOUT_S)
+        calls: ReportCalls[ObjectRef[NodeReport]] = ReportCalls(STATUS_TIMEOUT_S)
         while not self._stop.wait(wait):
             began = time.monotonic()
             asked = self.service.running_subtasks()
@@ -591,7 +685,7 @@ class GlobalManagerActor:
                 ref = self.local_managers[n].report.remote(asked.get(n, []))
                 calls.asked(ref, n, began)
                 new.append(ref)
-            ready: list[Any] = []
+            ready: list[ObjectRef[NodeReport]] = []
             if new:
                 ready, _ = ray.wait(new, num_returns=len(new), timeout=MONITOR_S)
             if earlier:
@@ -606,7 +700,7 @@ class GlobalManagerActor:
                     continue
                 self._report_errors.pop(node, None)
                 answered.add(node)
-                self._restart_seen.discard(node)
+                self._restarts.answered(node)
                 try:
                     for run_id in self.service.apply_report(report):
                         self.local_managers[node].cancel.remote(run_id)
@@ -616,7 +710,7 @@ class GlobalManagerActor:
                 self._report_errors.setdefault(node, "no answer")
             last_error = dict(self._report_errors)
             try:
-                restarting = self._restarting(
+                restarting = self._restarts.restarting(
                     [n for n in self.local_managers if n not in answered], last_error
                 )
                 self.service.check_nodes(last_error, restarting)
@@ -630,32 +724,11 @@ class GlobalManagerActor:
             self._first_round.set()
             wait = max(0.0, MONITOR_S - (time.monotonic() - began))
 
-    def _restarting(self, nodes: list[str], last_error: Mapping[str, str]) -> set[str]:
-        """Those of ``nodes`` (which did not answer) whose local manager Ray has been
-        restarting since they last answered. Seen either way: its state in Ray's actor
-        table (GCS) was ``RESTARTING`` at some check, or a call to it failed with
-        ``ActorUnavailableError`` (Ray's "may come back"; ``ActorDiedError`` is "will
-        not", a call that only timed out says nothing: a hung manager). Kept until the
-        node answers: the restarted actor is ``ALIVE`` in the table a while before
-        calls reach it on a loaded machine (the caller learns its new address late)."""
-        if not nodes:
-            return set()
-        import ray
-
-        for node in nodes:
-            if last_error.get(node) == "ActorUnavailableError":
-                self._restart_seen.add(node)
-            if node in self._restart_seen:
-                continue
-            try:
-                handle = self.local_managers[node]
-                actor = handle.host if isinstance(handle, HostedNode) else handle
-                info = ray._private.state.actors(actor_id=actor._actor_id.hex())
-            except Exception:  # noqa: BLE001 - the table did not answer: the error says
-                continue
-            if info.get("State") == "RESTARTING":
-                self._restart_seen.add(node)
-        return self._restart_seen.intersection(nodes)
+    def _actor_id(self, node: str) -> str:
+        """The Ray actor id (hex) that runs ``node``'s local manager (its node host's)."""
+        handle = self.local_managers[node]
+        actor = handle.host if isinstance(handle, HostedNode) else handle
+        return str(actor._actor_id.hex())
 
     def ready(self) -> dict[str, Any]:
         """This manager's identity; answered once the monitor's first round is over (at
@@ -682,13 +755,13 @@ class GlobalManagerActor:
             cycle=self.config.cycle,
         )
 
-    def submit(self, specs: list[JobSpec], token: str | None = None) -> list[dict[str, Any]]:
+    def submit(self, specs: list[JobSpec], token: str | None = None) -> list[SubmitAnswer]:
         """``token``: the client's id of this submission (a retry is answered once)."""
-        return self.service.submit(list(specs), token)
+        return parse_answers(self.service.submit(list(specs), token))
 
     def submit_documents(
         self, jobs: list[Mapping[str, Any]], token: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[SubmitAnswer]:
         """:meth:`submit` of job mappings (the API's body): each is checked as a job
         file's entry is, against this deployment's node count; the first bad one raises
         :class:`~workloads.spec.SpecError` naming ``jobs[i]`` and the field."""
@@ -700,11 +773,11 @@ class GlobalManagerActor:
             spec = parse_job(doc, "request", i, n_nodes=n)
             check_fits(spec, n, "request", i)
             specs.append(spec)
-        return self.service.submit(specs, token)
+        return parse_answers(self.service.submit(specs, token))
 
     def submit_file(
         self, text: str, source: str, default_user: str = "", token: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[SubmitAnswer]:
         """:meth:`submit` of a job file's text (the API's body), checked as
         :func:`~workloads.spec.load_jobs` checks the file ``source``, against this
         deployment's node count (errors name ``source``)."""
@@ -712,27 +785,27 @@ class GlobalManagerActor:
 
         specs = load_jobs_text(text, source, len(self.placements),
                                default_user=default_user or DEFAULT_USER)
-        return self.service.submit(specs, token)
+        return parse_answers(self.service.submit(specs, token))
 
     def cancel_jobs(
         self, job_ids: list[str] | None, user: str | None = None, state: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[CancelResult]:
         """Bulk cancel, as ``scancel`` (see ``GlobalService.cancel_many``)."""
-        return self.service.cancel_many(job_ids, user, state)
+        return parse_cancels(self.service.cancel_many(job_ids, user, state))
 
     def subtask_ended(self, outcome: SubtaskOutcome) -> None:
         self.service.subtask_ended(outcome)
 
-    def cancel(self, job_id: str) -> dict[str, Any] | None:
+    def cancel(self, job_id: str) -> JobRecord | None:
         return self.service.cancel(job_id)
 
-    def job(self, job_id: str) -> dict[str, Any] | None:
+    def job(self, job_id: str) -> JobRecord | None:
         return self.service.job(job_id)
 
     def job_states(self, job_ids: list[str] | None = None) -> dict[str, str]:
         return self.service.job_states(job_ids)
 
-    def queue(self) -> list[dict[str, Any]]:
+    def queue(self) -> list[QueueRow]:
         """Pending and running jobs with user, priority, wait and reason."""
         return self.service.queue()
 
@@ -747,7 +820,7 @@ class GlobalManagerActor:
         """What a restarted controller tracks again (see ``GlobalService``)."""
         return self.service.controller_jobs(also or ())
 
-    def status(self, job_id: str | None = None, all_jobs: bool = False) -> dict[str, Any]:
+    def status(self, job_id: str | None = None, all_jobs: bool = False) -> StatusDocument:
         """Jobs, subtasks, nodes, virtual clocks, phase differences and counters.
         ``job_id``: only that job (also when archived); ``all_jobs``: the archived jobs
         (finished past ``keep_finished_s``) too. The nodes' part comes from their last
@@ -760,19 +833,23 @@ class GlobalManagerActor:
         ctl_ref = self.controller.status.remote()
         ready, _ = ray.wait([ctl_ref], num_returns=1, timeout=STATUS_DEADLINE_S)
         ctl = _view(ctl_ref, set(ready))
-        if "error" in ctl:
-            ctl.update(jobs={}, counters={})
-        st = assemble_status(desc, heard, subtasks, ctl, self.placements, self.config,
-                             self.info, job_id, dict(self._report_errors))
-        st["global_manager"] = {
-            "api": self.api.url if self.api is not None else None,
-            "api_error": self.api_error,
-            "pid": os.getpid(),
-            "recovered": self.service.recovered,
-            "reconciled": self.service.reconciled,
-            "journal": self.info.get("gm_journal"),
-        }
-        return st
+        phase_log = self.info.get("phase_log")
+        journal = self.info.get("gm_journal")
+        st = assemble_status(
+            desc, heard, subtasks, ctl, self.placements, self.config,
+            address=self.info.get("address"),
+            phase_log=str(phase_log) if phase_log else None,
+            security_mode=str(self.info.get("transport_security", "unknown")),
+            job_id=job_id, errors=dict(self._report_errors),
+        )
+        return st.model_copy(update={"global_manager": GlobalManagerStatus(
+            api=self.api.url if self.api is not None else None,
+            api_error=self.api_error,
+            pid=os.getpid(),
+            recovered=self.service.recovered,
+            reconciled=self.service.reconciled,
+            journal=str(journal) if journal else None,
+        )})
 
     def shutdown(self) -> bool:
         """``down``: stop and remove the journal (nothing is left to recover)."""
@@ -789,181 +866,16 @@ class GlobalManagerActor:
         return True
 
 
-def _view(ref: Any, answered: set[Any]) -> dict[str, Any]:
-    """An actor's status view from ``ref``; if it is not among ``answered`` (not back
-    within :data:`STATUS_DEADLINE_S`) or failed, ``{"error": ..., "answering": False}``."""
+def _view(ref: ObjectRef[dict[str, object]], answered: set[ObjectRef[dict[str, object]]]
+          ) -> ControllerView:
+    """The controller's status view from ``ref``; if it is not among ``answered`` (not
+    back within :data:`STATUS_DEADLINE_S`) or failed, its placeholder saying so."""
     import ray
 
     if ref not in answered:
-        return {"error": f"not answering (no answer within {STATUS_DEADLINE_S:g} s)",
-                "answering": False}
+        return controller_placeholder(
+            f"not answering (no answer within {STATUS_DEADLINE_S:g} s)")
     try:
-        view: dict[str, Any] = ray.get(ref, timeout=0)
+        return ControllerView.model_validate(ray.get(ref, timeout=0))
     except Exception as exc:  # noqa: BLE001 - shown as unreachable
-        return {"error": f"unreachable: {type(exc).__name__}", "answering": False}
-    return view
-
-
-#: The live fields of a subtask's last report that ``status`` shows on its subtask.
-LIVE_FIELDS = ("done_work", "weight", "virtual_weight", "virtual_time", "share", "pid",
-               "cpu_s", "start_time")
-
-
-def node_status(
-    node: Mapping[str, Any],
-    heard: HeardReport | None,
-    placement: tuple[str | None, bool],
-    error: str | None = None,
-) -> dict[str, Any]:
-    """One node as ``status`` shows it: ``node`` (the global manager's record of it:
-    budget, health, ...) with what its last report says (``heard``; None: it has not
-    reported since this global manager started). A node is ``answering`` while its last
-    report is fresh (:data:`~runtime.global_service.REPORT_FRESH_S`); one that is not
-    shows its last report's figures, ``answering`` false and an ``error`` saying so
-    (``error``: why its last report call failed, if it did). ``report_age_s``: real s
-    since its last report."""
-    ray_id, emulated = placement
-    rep = heard.report if heard is not None else None
-    answering = heard is not None and heard.fresh
-    if heard is None:
-        why: str | None = "not answering (no report since the global manager started)"
-    elif not answering:
-        why = f"not answering (no report for {heard.age_s:.0f} s)"
-    else:
-        why = (rep.error or None) if rep is not None else None
-    if why is not None and not answering and error and error != "no answer":
-        why += f"; last call: {error}"
-    return dict(
-        node,
-        ray_node_id=ray_id,
-        emulated=emulated,
-        ready=answering and rep is not None and rep.loop_running and not rep.error
-        and node.get("health", "up") == "up",
-        error=why,
-        answering=answering,
-        report_age_s=heard.age_s if heard is not None else None,
-        model_time=rep.model_time if rep is not None else None,
-        incarnation=rep.incarnation if rep is not None else None,
-        running_subtasks=0 if rep is None else sum(
-            1 for s in rep.subtasks if s.state is SubtaskPhase.RUNNING),
-        counters=dict(rep.counters) if rep is not None else {},
-        transport=dict(rep.transport) if rep is not None else {},
-    )
-
-
-def _with_live(d: dict[str, Any], live: SubtaskReport | None) -> None:
-    """Put a subtask's last report's live fields on its status record ``d``; its state,
-    exit code and reason only where the job table has none. Every live field is a key,
-    None where not known: also for a subtask its node has not reported yet (placed less
-    than a monitor round ago)."""
-    if live is None:
-        for key in (*LIVE_FIELDS, "state", "reason"):
-            d.setdefault(key, None)
-        return
-    for key in LIVE_FIELDS:
-        value = getattr(live, key)
-        if value is not None or key not in d:
-            d[key] = value
-    if d.get("state") is None:
-        d["state"] = live.state.value
-    if d.get("exit_code") is None and live.exit_code is not None:
-        d["exit_code"] = live.exit_code
-    if d.get("reason") is None:
-        d["reason"] = live.reason
-
-
-def assemble_status(
-    desc: dict[str, Any],
-    heard: Mapping[str, HeardReport],
-    subtask_reports: Mapping[tuple[str, int], SubtaskReport],
-    ctl: dict[str, Any],
-    placements: list[tuple[Node, str, bool]],
-    config: RuntimeConfig,
-    info: dict[str, Any],
-    job_id: str | None = None,
-    errors: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """The document ``coalloc status --json`` prints, from typed records: the global
-    manager's job table and nodes (``desc``: :meth:`GlobalService.describe`), each
-    node's last report (``heard``) and each subtask's (``subtask_reports``; both
-    :meth:`GlobalService.heard`), and the controller's view (``ctl``; its placeholder
-    when it did not answer). ``errors``: why a node's last report call failed."""
-    placement = {node.name: (ray_id, emulated) for node, ray_id, emulated in placements}
-    errs = errors or {}
-    nodes = [node_status(n, heard.get(n["name"]), placement.get(n["name"], (None, False)),
-                         errs.get(n["name"]))
-             for n in desc["nodes"]]
-    ctl_jobs = ctl.get("jobs", {})
-    jobs = []
-    for j in desc["jobs"]:
-        if job_id is not None and j["job_id"] != job_id:
-            continue
-        run_id = j["run_id"]  # every job record names its current run
-        view = ctl_jobs.get(run_id, {}) if j["state"] != "pending" else {}
-        tvs = view.get("virtual_times")
-        subs = []
-        for s in j["subtasks"]:
-            d = dict(s)
-            _with_live(d, subtask_reports.get((run_id, s["index"])))
-            if tvs is not None and s["index"] < len(tvs) and view.get("closed") is False:
-                d["controller_virtual_time"] = tvs[s["index"]]
-                d["controller_done"] = bool(view["done"][s["index"]])
-            if d.get("state") == "finished":
-                d["progress"] = 1.0
-            elif d.get("executor") == "synthetic" and d.get("work"):
-                d["progress"] = min(1.0, float(d.get("done_work") or 0.0) / float(d["work"]))
-            else:
-                d["progress"] = None
-            subs.append(d)
-        job = dict(j, subtasks=subs)
-        if view and not view.get("closed"):
-            job["phase_difference"] = view.get("phase_difference")
-            job["max_phase_difference"] = view.get("max_phase_difference")
-            job["window_violation_fraction"] = view.get("window_violation_fraction")
-            job["mean_virtual"] = view.get("mean_virtual")
-            job["window"] = view.get("window")
-            job["rate_caps"] = view.get("rate_caps")
-        elif view:
-            for key in ("mean_phase_difference", "max_phase_difference", "completion_skew",
-                        "turnaround", "window_violation_fraction"):
-                job[key] = view.get(key)
-        jobs.append(job)
-    transport = ctl.get("transport", {})
-    security = dict(ctl.get("security") or {})
-    if not security:  # the controller did not answer: what up recorded
-        security = {"mode": info.get("transport_security", "unknown"), "auth_failures": None}
-    counters = {
-        "report_endpoint": ctl.get("report_endpoint"),
-        "command_endpoint": ctl.get("command_endpoint"),
-        "controller": ctl.get("counters", {}),
-        "transport": transport,
-        "commands_transport": ctl.get("commands_transport", {}),
-        "dropped": ctl.get("dropped", transport.get("dropped", {})),
-        "auth_failures": security.get("auth_failures"),
-        "local_managers": {
-            n["name"]: dict(n["counters"], **{"transport": n["transport"]}) for n in nodes
-        },
-    }
-    return {
-        "address": info.get("address"),
-        "policy": desc["policy"],
-        "queue": desc.get("queue"),
-        "journal_error": desc.get("journal_error"),
-        "global_counters": desc.get("global_counters", {}),
-        "time_scale": config.time_scale,
-        "cycle": config.cycle,
-        "control_period": config.control_period,
-        "model_time": desc["model_time"],
-        "phase_log": ctl.get("phase_log") or info.get("phase_log"),
-        "report_endpoint": ctl.get("report_endpoint"),
-        "security": security,
-        "clock": ctl.get("real_clock", ctl.get("clock")),
-        "controller": {
-            "running": ctl.get("running"),
-            "error": ctl.get("error"),
-            "period_time": ctl.get("period_time"),
-        },
-        "counters": counters,
-        "nodes": nodes,
-        "jobs": jobs,
-    }
+        return controller_placeholder(f"unreachable: {type(exc).__name__}")

@@ -14,6 +14,9 @@ GET       /api/v1/status         the ``status --json`` document (``?job=ID``: on
 GET       /api/v1/queue          pending then running jobs (``coalloc queue --json``)
 GET       /api/v1/jobs           ``{job id: state}`` (``?id=ID`` repeatable: only those)
 GET       /api/v1/jobs/ID        one job's record; 404 for an unknown id
+GET       /api/v1/schema         ``{"documents": [NAME, ...]}``: the documents with a schema
+GET       /api/v1/schema/NAME    the JSON Schema of document NAME (``status``, ``job``,
+                                 ``queue``, ``submit``, ``cancel``; :mod:`runtime.status`)
 POST      /api/v1/jobs           ``{"jobs": [job mapping, ...], "token": "..."}``: submit one
                                  batch; the answers (a retried token gets the first answers).
                                  Or ``{"file": TEXT, "source": NAME, "default_user": U,
@@ -33,6 +36,10 @@ request or body (and a job mapping the job-file rules refuse), 404 for an unknow
 or job, 413 for a body over :data:`MAX_BODY_BYTES`, 500 if the backend failed (logged;
 the server keeps serving). Documents are strict JSON: a NaN or infinity is ``null``.
 
+The documents are the models of :mod:`runtime.status`, served as :func:`~runtime.status.
+to_json` writes them (a field a situation does not have is absent); their JSON Schema is
+generated from the same models.
+
 No Ray here: the backend is any object with the methods of :class:`ApiBackend`.
 """
 
@@ -49,7 +56,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from pydantic import BaseModel
+
 from runtime import dashboard
+from runtime.status import (
+    DOCUMENTS,
+    CancelResult,
+    Document,
+    JobRecord,
+    QueueRow,
+    StatusDocument,
+    SubmitAnswer,
+    document_schema,
+    to_json,
+)
 from workloads.errors import UserError
 
 log = logging.getLogger("coalloc.runtime.api")
@@ -69,35 +89,40 @@ class BadRequest(Exception):
 
 
 class ApiBackend(Protocol):
-    """What the API serves (the global manager actor). Each method returns JSON-able
-    data; a :class:`BadRequest` or :class:`~workloads.errors.UserError` it raises is a
-    400 with its message."""
+    """What the API serves (the global manager actor): the documents of
+    :mod:`runtime.status` (plain JSON data is served as it is). A :class:`BadRequest`
+    or :class:`~workloads.errors.UserError` it raises is a 400 with its message."""
 
-    def deployment(self) -> dict[str, Any]: ...
+    def deployment(self) -> Mapping[str, object]: ...
 
-    def status(self, job_id: str | None = None, all_jobs: bool = False) -> dict[str, Any]: ...
+    def status(self, job_id: str | None = None, all_jobs: bool = False) -> StatusDocument: ...
 
-    def queue(self) -> list[dict[str, Any]]: ...
+    def queue(self) -> list[QueueRow]: ...
 
-    def job(self, job_id: str) -> dict[str, Any] | None: ...
+    def job(self, job_id: str) -> JobRecord | None: ...
 
     def job_states(self, job_ids: list[str] | None = None) -> dict[str, str]: ...
 
     def submit_documents(
-        self, jobs: list[Mapping[str, Any]], token: str | None
-    ) -> list[dict[str, Any]]: ...
+        self, jobs: list[Mapping[str, object]], token: str | None
+    ) -> list[SubmitAnswer]: ...
 
     def submit_file(
         self, text: str, source: str, default_user: str, token: str | None
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[SubmitAnswer]: ...
 
     def cancel_jobs(
         self, job_ids: list[str] | None, user: str | None, state: str | None
-    ) -> list[dict[str, Any]]: ...
+    ) -> list[CancelResult]: ...
 
 
-def strict_json(value: Any) -> Any:
-    """``value`` with every NaN or infinity replaced by None (JSON has neither)."""
+def strict_json(value: object) -> object:
+    """``value`` with every NaN or infinity replaced by None (JSON has neither); a
+    document model as :func:`~runtime.status.to_json` writes it."""
+    if isinstance(value, Document):
+        value = to_json(value)
+    elif isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, Mapping):
@@ -111,7 +136,7 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split()) or "error"
 
 
-def _string_list(body: Mapping[str, Any], key: str) -> list[str] | None:
+def _string_list(body: Mapping[str, object], key: str) -> list[str] | None:
     value = body.get(key)
     if value is None:
         return None
@@ -120,7 +145,7 @@ def _string_list(body: Mapping[str, Any], key: str) -> list[str] | None:
     return list(value)
 
 
-def _optional_string(body: Mapping[str, Any], key: str) -> str | None:
+def _optional_string(body: Mapping[str, object], key: str) -> str | None:
     value = body.get(key)
     if value is not None and not isinstance(value, str):
         raise BadRequest(f"{key}: expected a string or null")
@@ -129,8 +154,8 @@ def _optional_string(body: Mapping[str, Any], key: str) -> str | None:
 
 def route(
     backend: ApiBackend, method: str, path: str, query: Mapping[str, list[str]],
-    body: Any,
-) -> tuple[int, Any]:
+    body: object,
+) -> tuple[int, object]:
     """Serve one authenticated request: (HTTP status, JSON-able document). ``body``: the
     parsed JSON body of a POST (None for a GET). Raises :class:`BadRequest`."""
     if not path.startswith(PREFIX + "/"):
@@ -155,6 +180,14 @@ def route(
             if rec is None:
                 return HTTPStatus.NOT_FOUND, {"error": f"{parts[1]}: unknown job id"}
             return HTTPStatus.OK, rec
+        if parts == ["schema"]:
+            return HTTPStatus.OK, {"documents": list(DOCUMENTS)}
+        if len(parts) == 2 and parts[0] == "schema":
+            schema = document_schema(parts[1])
+            if schema is None:
+                return HTTPStatus.NOT_FOUND, {
+                    "error": f"{parts[1]}: no such document (one of {', '.join(DOCUMENTS)})"}
+            return HTTPStatus.OK, schema
     elif method == "POST":
         if not isinstance(body, Mapping):
             raise BadRequest("body: expected a JSON object")
@@ -199,7 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
         log.debug("api %s: " + format, self.address_string(), *args)
 
-    def _send(self, status: int, doc: Any) -> None:
+    def _send(self, status: int, doc: object) -> None:
         data = json.dumps(strict_json(doc), allow_nan=False, default=str).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -283,7 +316,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif n:
             self.rfile.read(n)
 
-    def _body(self) -> Any:
+    def _body(self) -> object:
         n = self._length()
         if n > MAX_BODY_BYTES:
             raise _TooLarge(f"body: {n} bytes, more than the {MAX_BODY_BYTES} byte limit")

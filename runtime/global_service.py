@@ -42,12 +42,10 @@ import threading
 import time
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
 
 from global_manager.core import GlobalManagerCore, QueueMode
-from global_manager.pending_job import PendingReason
 from runtime.config import RuntimeConfig
 from runtime.dispatch import Dispatch, DispatchFailed, send
 from runtime.job_journal import UNREADABLE, JobJournal
@@ -56,6 +54,18 @@ from runtime.journal import Sync
 from runtime.metrics import NullGlobalMetrics, QueueGauges
 from runtime.node_health import HeardReport, NodeHealth
 from runtime.start_margin import StartMargin, dispatch_calls
+from runtime.status import (
+    JobRecord,
+    JobTable,
+    QueueRow,
+    job_record,
+    node_record,
+    queue_gauges,
+    queue_order,
+    queue_row,
+    submit_answer,
+    to_json,
+)
 from runtime.timebase import ModelClock, boundary_at_or_after
 from workloads.messages import (
     JobRegistration,
@@ -532,20 +542,9 @@ class GlobalService:
         return [dict(a) for a in out]
 
     def _answer(self, info: JobInfo) -> dict[str, Any]:
-        """A submission's answer; a pending job's ``reason`` is why it waits, one clause
-        per constraint it fails (as ``status JOB`` shows it)."""
-        reason = self._pending_reason(info) if info.state is JobPhase.PENDING else info.reason
-        return {
-            "job_id": info.job_id,
-            "name": info.name,
-            "admitted": info.state is JobPhase.RUNNING,
-            "pending": info.state is JobPhase.PENDING,
-            "state": info.state.value,
-            "reason": reason,
-            "nodes": [s.node for s in info.subtasks] if info.state is JobPhase.RUNNING
-            else [],
-            "start_at": info.start_at,
-        }
+        """A submission's answer (:func:`runtime.status.submit_answer`) as the JSON the
+        token table keeps."""
+        return to_json(submit_answer(info, self.core))
 
     def place_pending(self) -> int:
         """One placement cycle of the pending queue (the global manager runs it every
@@ -774,7 +773,7 @@ class GlobalService:
                 log.warning("%s: could not reach %s to stop it (stopped when they answer)",
                             run_id, ", ".join(unreached))
 
-    def cancel(self, job_id: str) -> dict[str, Any] | None:
+    def cancel(self, job_id: str) -> JobRecord | None:
         """Cancel a job; None for an unknown id. A finished job is left as it is."""
         if job_id not in self.jobs:
             return None
@@ -842,7 +841,9 @@ class GlobalService:
         self._send_stops(stops)
         return out
 
-    # ------------------------------------------------------------------ queries
+    # ------------------------------------------------------------------ views
+    # The documents are built by runtime.status; these take the lock and hand it the
+    # table's records.
     def start_estimates(self) -> Mapping[str, float | None]:
         """Each pending job's estimated start (model s; None: cannot be estimated),
         from the next start boundary (:meth:`GlobalManagerCore.start_estimates`: walked
@@ -850,58 +851,23 @@ class GlobalService:
         with self._lock:
             return self.core.start_estimates(self.start_boundary())
 
-    def _wall_time(self, model: float | None) -> str | None:
-        """Model time ``model`` (s) as a wall-clock ISO 8601 time in UTC (None if not
-        known or the clock has no time base)."""
-        base = getattr(self.clock, "base", None)
-        if model is None or base is None:
-            return None
-        real = datetime.fromtimestamp(base.real_at(model), tz=timezone.utc)
-        return real.isoformat(timespec="seconds")
+    def _record(self, info: JobInfo, starts: Mapping[str, float | None] | None = None
+                ) -> JobRecord:
+        """``info`` as ``GET /jobs/ID`` shows it (caller holds the lock); ``starts``:
+        the start estimates, worked out here for a pending job if not given."""
+        if starts is None and info.state is JobPhase.PENDING:
+            starts = self.start_estimates()
+        return job_record(info, self.core, self.clock.now(), getattr(self.clock, "base", None),
+                          self._dispatching.get(info.job_id) == info.run, starts)
 
-    def _with_reasons(
-        self, info: JobInfo, starts: Mapping[str, float | None] | None = None
-    ) -> dict[str, Any]:
-        d = info.to_dict()
-        if info.state is JobPhase.RUNNING:  # its calls to the other actors still out
-            d["dispatching"] = self._dispatching.get(info.job_id) == info.run
-        now = self.clock.now()
-        if info.state is JobPhase.PENDING:
-            d["wait"] = now - info.waiting_since
-            est = (self.start_estimates() if starts is None else starts).get(info.job_id)
-            d["estimated_start"] = est
-            d["estimated_start_time"] = self._wall_time(est)
-            d["pending_reasons"] = [
-                {"kind": r.kind.value, "message": r.message, "subtask": r.subtask}
-                for r in self._reasons_of(info)
-            ]
-            d["reason"] = self._pending_reason(info)
-        return d
-
-    def _reasons_of(self, info: JobInfo) -> tuple[PendingReason, ...]:
-        """Why the pending job ``info`` waits, one reason per constraint it fails."""
-        try:
-            return self.core.pending_reasons(info.job_id)
-        except KeyError:
-            return ()
-
-    def _pending_reason(self, info: JobInfo) -> str:
-        """A pending job's ``reason``: its reasons, one clause each (its recorded reason
-        if it has none), with the last requeue's cause. Not its start estimate: a
-        submission's answers do not walk the whole queue once per job."""
-        reasons = self._reasons_of(info)
-        if not reasons:
-            return info.reason
-        reason = "; ".join(r.message for r in reasons)
-        if info.history:
-            reason += f" (requeued: {info.history[-1]})"
-        return reason
-
-    def job(self, job_id: str) -> dict[str, Any] | None:
+    def job(self, job_id: str) -> JobRecord | None:
         """Job ``job_id``'s record, from the job table or the archive (None: unknown)."""
         with self._lock:
             info = self.jobs.get(job_id)
-            return self._with_reasons(info) if info is not None else self.archived(job_id)
+            if info is not None:
+                return self._record(info)
+            old = self.archived(job_id)
+            return None if old is None else JobRecord.model_validate(old)
 
     def job_states(self, job_ids: Iterable[str] | None = None) -> dict[str, str]:
         """Each job's state (None: every job in the job table; named jobs are looked up
@@ -911,86 +877,57 @@ class GlobalService:
                 return {j: i.state.value for j, i in self.jobs.items()}
             out = {}
             for j in job_ids:
-                rec = self.jobs[j].to_dict() if j in self.jobs else self.archived(j)
-                if rec is not None:
-                    out[j] = str(rec["state"])
+                info = self.jobs.get(j)
+                if info is not None:
+                    out[j] = info.state.value
+                    continue
+                old = self.archived(j)
+                if old is not None:
+                    out[j] = str(old["state"])
             return out
 
-    def queue(self) -> list[dict[str, Any]]:
+    def queue(self) -> list[QueueRow]:
         """Pending and running jobs, pending first in the order they would be placed
         (priority, then wait), each with user, priority, wait (model s), reason and, for
         a pending job, its estimated start (model s and wall-clock ISO 8601 UTC)."""
         with self._lock:
             now = self.clock.now()
-            live = [i for i in self.jobs.values() if not i.state.final]
-            live.sort(key=lambda i: (i.state is not JobPhase.PENDING, -i.priority,
-                                     i.waiting_since, i.job_id))
-            out = []
             starts = self.start_estimates()
-            for info in live:
-                d = self._with_reasons(info, starts)
-                if info.state is JobPhase.RUNNING:
-                    d["wait"] = (info.start_at or now) - info.waiting_since
-                out.append({k: d.get(k) for k in (
-                    "job_id", "name", "qos", "user", "priority", "state", "wait", "reason",
-                    "nodes", "attempt", "pending_reasons", "start_at", "estimated_start",
-                    "estimated_start_time")})
-            return out
+            return [queue_row(info, self._record(info, starts), now)
+                    for info in queue_order(self.jobs.values())]
 
-    def describe(self, job_id: str | None = None, archived: bool = False) -> dict[str, Any]:
+    def describe(self, job_id: str | None = None, archived: bool = False) -> JobTable:
         """Jobs and nodes (budgets, committed rates, health) without the other actors'
         views. ``job_id``: only that job (from the archive if it is there); ``archived``:
         the archived jobs too, after those of the job table."""
         with self._lock:
             now = self.clock.now()
             nodes = [
-                {
-                    "name": n.name,
-                    "speed_mhz": n.speed_mhz,
-                    "cores": n.cores,
-                    "labels": sorted(n.labels),
-                    "budget": self.core.budget(n.name),
-                    "committed": self.core.committed[n.name],
-                    "load": self.core.load[n.name],
-                    "health": "lost" if n.name in self.lost
-                    else "stale" if n.name in self.core.down else "up",
-                    "lost_reason": self.lost.get(n.name),
-                    "silent_cycles": (now - self.last_seen.get(n.name, now)) / self.config.cycle,
-                }
+                node_record(n, self.core, self.lost,
+                            (now - self.last_seen.get(n.name, now)) / self.config.cycle)
                 for n in self.nodes
             ]
-            starts = self.start_estimates()
             if job_id is None:
-                jobs = [self._with_reasons(info, starts) for info in self.jobs.values()]
+                starts = self.start_estimates()
+                jobs = [self._record(info, starts) for info in self.jobs.values()]
                 if archived:
-                    jobs += self.archived_jobs()
+                    jobs += [JobRecord.model_validate(r) for r in self.archived_jobs()]
             else:
                 one = self.job(job_id)
                 jobs = [] if one is None else [one]
-        return {
-            "policy": self.policy.name,
-            "queue": self.core.config.queue_mode.value,
-            "model_time": self.clock.now(),
-            "nodes": nodes,
-            "jobs": jobs,
-            "global_counters": dict(self.counters),
-            "journal_error": self.journal_error,
-        }
+            return JobTable(
+                policy=self.policy.name,
+                queue=self.core.config.queue_mode.value,
+                model_time=self.clock.now(),
+                nodes=nodes,
+                jobs=jobs,
+                global_counters=dict(self.counters),
+                journal_error=self.journal_error,
+            )
 
     def gauges(self) -> QueueGauges:
         """Queue length, running jobs, the oldest pending job's wait (model s) and each
         node's health, for the metrics (cheap: no pending reasons are worked out)."""
         with self._lock:
-            now = self.clock.now()
-            pending = [i for i in self.jobs.values() if i.state is JobPhase.PENDING]
-            waits = [now - i.waiting_since for i in pending]
-            return QueueGauges(
-                pending=len(pending),
-                running=sum(1 for i in self.jobs.values() if i.state is JobPhase.RUNNING),
-                oldest_wait=max(waits, default=0.0),
-                node_health=tuple(
-                    (n.name, "lost" if n.name in self.lost
-                     else "stale" if n.name in self.core.down else "up")
-                    for n in self.nodes
-                ),
-            )
+            return queue_gauges(self.jobs.values(), self.nodes, self.lost, self.core.down,
+                                self.clock.now())

@@ -36,15 +36,15 @@ def run_cancel(args: argparse.Namespace) -> int:
     results = connect(args.address).cancel_jobs(args.jobs or None, args.user, args.state)
     unknown = []
     for r in results:
-        job = escape_controls(str(r["job_id"]))
-        if r["result"] == "unknown job id":
+        job = escape_controls(r.job_id)
+        if r.result == "unknown job id":
             unknown.append(job)
-        elif r["result"] == "cancelled":
-            print(f"{job}  cancelled (was {r['was']})")
-        elif r["result"].startswith("already "):
-            print(f"{job}  {r['result']}; nothing to cancel")
+        elif r.result == "cancelled":
+            print(f"{job}  cancelled (was {r.was})")
+        elif r.result.startswith("already "):
+            print(f"{job}  {r.result}; nothing to cancel")
         else:
-            print(f"{job}  {escape_controls(r['result'])}")
+            print(f"{job}  {escape_controls(r.result)}")
     if not results and not args.jobs:
         print("no job matched")
     if unknown:

@@ -15,6 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from coalloc.commands._runtime_args import table
+from runtime.status import JobRecord, QueueRow
+from workloads.model import JobPhase
 
 
 def register(subparsers: Any) -> None:
@@ -29,16 +31,17 @@ def register(subparsers: Any) -> None:
 
 def run_queue(args: argparse.Namespace) -> int:
     from coalloc.client import connect
+    from runtime.api import strict_json
 
     rows = connect(args.address).queue()
     if args.json:
-        print(json.dumps(rows, indent=2, sort_keys=True, default=str))
+        print(json.dumps(strict_json(rows), indent=2, sort_keys=True, default=str))
         return 0
     print(render(rows))
     return 0
 
 
-def render(rows: list[dict[str, Any]]) -> str:
+def render(rows: list[QueueRow]) -> str:
     """The queue as a table (reasons are escaped by the table)."""
     if not rows:
         return "no pending or running jobs"
@@ -47,25 +50,24 @@ def render(rows: list[dict[str, Any]]) -> str:
          "NODES", "REASON"),
         [
             (
-                r["job_id"], r["name"], r["user"], r["qos"], r["priority"], r["state"],
-                r.get("wait"), start_text(r), r.get("attempt", 1),
-                ",".join(r.get("nodes") or []) or "-", r.get("reason") or "-",
+                r.job_id, r.name, r.user, r.qos.value, r.priority, r.state.value, r.wait,
+                start_text(r), r.attempt, ",".join(r.nodes) or "-", r.reason or "-",
             )
             for r in rows
         ],
     )
 
 
-def start_text(job: dict[str, Any]) -> str:
+def start_text(job: QueueRow | JobRecord) -> str:
     """A pending job's estimated start as ``squeue --start`` shows it: local wall-clock
     time (``YYYY-MM-DDTHH:MM:SS``), ``N/A`` if it cannot be estimated; ``-`` for a job
     that is not pending. Without a wall-clock time, the model time."""
-    if job.get("state") != "pending":
+    if job.state is not JobPhase.PENDING:
         return "-"
-    wall = job.get("estimated_start_time")
+    wall = job.estimated_start_time
     if wall:
         return datetime.fromisoformat(wall).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
-    model = job.get("estimated_start")
+    model = job.estimated_start
     return "N/A" if model is None else f"model {model:.0f} s"
 
 

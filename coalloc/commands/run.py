@@ -13,12 +13,18 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coalloc.commands._runtime_args import INSECURE_NOTE, add_runtime_args, config_from_args
 from coalloc.errors import UserError, escape_controls
 from coalloc.tables import cell as fmt
 from coalloc.tables import render as table
+from runtime.api import strict_json
+from runtime.status import StatusDocument
+from workloads.model import JobPhase
+
+if TYPE_CHECKING:
+    from coalloc.client import Client
 
 #: Emulated nodes (MHz) of ``coalloc run`` when ``--nodes`` is not given.
 DEFAULT_RUN_NODES = "2000,4000,6000"
@@ -104,13 +110,13 @@ def run_run(args: argparse.Namespace) -> int:
         client = connect()
         answers = client.submit_all(jobs)
         for a in answers:
-            if a["admitted"]:
-                print(f"{a['job_id']}  admitted  {a['name']}  nodes {','.join(a['nodes'])}")
-            elif a.get("pending"):
-                print(f"{a['job_id']}  pending  {a['name']}  ({escape_controls(a['reason'])})")
+            if a.admitted:
+                print(f"{a.job_id}  admitted  {a.name}  nodes {','.join(a.nodes)}")
+            elif a.pending:
+                print(f"{a.job_id}  pending  {a.name}  ({escape_controls(a.reason)})")
             else:
-                print(f"{a['job_id']}  rejected  {a['name']}  ({escape_controls(a['reason'])})")
-        admitted = [a["job_id"] for a in answers if a["admitted"] or a.get("pending")]
+                print(f"{a.job_id}  rejected  {a.name}  ({escape_controls(a.reason)})")
+        admitted = [a.job_id for a in answers if a.admitted or a.pending]
         timed_out = _wait(client, admitted, args.timeout, not args.no_progress)
         status = client.status()
         if timed_out:
@@ -125,7 +131,8 @@ def run_run(args: argparse.Namespace) -> int:
         print(f"\n{len(admitted)} of {len(answers)} jobs admitted; wall time "
               f"{time.monotonic() - t0:.1f} s; phase log {dep.phase_log}")
         if out is not None:
-            (out / "status.json").write_text(json.dumps(status, indent=2, default=str) + "\n")
+            (out / "status.json").write_text(
+                json.dumps(strict_json(status), indent=2, default=str) + "\n")
             (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         if timed_out:
             raise UserError(
@@ -152,7 +159,7 @@ def _ray_initialized() -> bool:
     return ray is not None and bool(ray.is_initialized())
 
 
-def _wait(client: Any, job_ids: list[str], timeout: float, show: bool) -> list[str]:
+def _wait(client: Client, job_ids: list[str], timeout: float, show: bool) -> list[str]:
     """Poll until every job is final; a tqdm bar shows the mean subtask progress.
     Returns the ids still running at the timeout."""
     from tqdm import tqdm
@@ -168,14 +175,13 @@ def _wait(client: Any, job_ids: list[str], timeout: float, show: bool) -> list[s
                 st = client.status()
                 progress = []
                 phis = []
-                for j in st["jobs"]:
-                    if j["job_id"] not in job_ids:
+                for j in st.jobs:
+                    if j.job_id not in job_ids:
                         continue
-                    vals = [s.get("progress") for s in j["subtasks"]]
-                    progress += [1.0 if j["state"] not in ("running", "pending") else (v or 0.0)
-                                 for v in vals]
-                    if j.get("phase_difference") is not None and j["state"] == "running":
-                        phis.append(j["phase_difference"])
+                    progress += [1.0 if j.state.final else (s.progress or 0.0)
+                                 for s in j.subtasks]
+                    if j.phase_difference is not None and j.state is JobPhase.RUNNING:
+                        phis.append(j.phase_difference)
                 pct = 100 * sum(progress) / len(progress) if progress else 0.0
                 bar.n = pct
                 bar.set_postfix_str(
@@ -193,7 +199,7 @@ def _wait(client: Any, job_ids: list[str], timeout: float, show: bool) -> list[s
         bar.close()
 
 
-def _summary(status: dict[str, Any], log_path: str) -> dict[str, Any]:
+def _summary(status: StatusDocument, log_path: str) -> dict[str, Any]:
     """Per job: state, nodes, and the phase-log summary; plus the run summary."""
     from coallocator.phase_log import read_log, summarize
 
@@ -214,20 +220,20 @@ def _summary(status: dict[str, Any], log_path: str) -> dict[str, Any]:
     except FileNotFoundError:
         pass
     jobs = []
-    for j in status["jobs"]:
-        r = rows.get(j["job_id"], {})
+    for j in status.jobs:
+        r = rows.get(j.job_id, {})
         jobs.append(
             {
-                "job_id": j["job_id"],
-                "name": j["name"],
-                "qos": j["qos"],
-                "state": j["state"],
-                "nodes": j["nodes"],
+                "job_id": j.job_id,
+                "name": j.name,
+                "qos": j.qos.value,
+                "state": j.state.value,
+                "nodes": j.nodes,
                 "mean_phase_difference": r.get("mean_phase_difference"),
                 "max_phase_difference": r.get("max_phase_difference"),
                 "completion_skew": r.get("completion_skew"),
                 "turnaround": r.get("turnaround"),
-                "reason": j.get("reason", ""),
+                "reason": j.reason,
             }
         )
     return {"jobs": jobs, "run": run}

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+from collections.abc import Mapping
 from typing import Any
 
 from coalloc.commands._runtime_args import CURVE_NOTE, INSECURE_NOTE, fmt, table
 from coalloc.commands.queue import start_text, time_from_now
 from coalloc.errors import escape_controls
+from runtime.status import JobRecord, Json, SecurityStatus, StatusDocument
+from workloads.model import JobPhase
 
 
 def register(subparsers: Any) -> None:
@@ -34,86 +36,80 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run_status)
 
 
-def _clean(value: Any) -> Any:
-    """JSON has no NaN or infinity: write them as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 def run_status(args: argparse.Namespace) -> int:
     from coalloc.client import connect
+    from runtime.api import strict_json
 
     st = connect(args.address).status(args.job, all_jobs=args.all_jobs)
     if args.json:
-        print(json.dumps(_clean(st), indent=2, sort_keys=True, default=str))
+        print(json.dumps(strict_json(st), indent=2, sort_keys=True, default=str))
         return 0
     print(render(st, detail=args.job is not None))
     return 0
 
 
-def _progress(job: dict[str, Any]) -> str:
-    vals = [s.get("progress") for s in job["subtasks"]]
-    known = [v for v in vals if v is not None]
+def _progress(job: JobRecord) -> str:
+    known = [s.progress for s in job.subtasks if s.progress is not None]
     if not known:
         return "-"
     return f"{100 * sum(known) / len(known):.0f}%"
 
 
-def _security_line(security: dict[str, Any]) -> str:
+def _security_line(security: SecurityStatus) -> str:
     """The transport's security, on every status: INSECURE loudly, else the refusals."""
-    mode = security.get("mode")
+    mode = security.mode
     if mode == "insecure":
         return f"transport {INSECURE_NOTE}"
     if mode != "curve":
         return "transport security unknown (the controller did not answer)"
-    refused = {k: v for k, v in (security.get("refused") or {}).items() if v}
-    text = f"transport {CURVE_NOTE}; auth failures {security.get('auth_failures', 0)}"
+    refused = {k: v for k, v in (security.refused or {}).items() if v}
+    failures = security.auth_failures if "auth_failures" in security.model_fields_set else 0
+    text = f"transport {CURVE_NOTE}; auth failures {failures}"
     if refused:
         text += " (" + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())) + ")"
-    if security.get("spoofed_node"):
-        text += f"; spoofed node {security['spoofed_node']}"
+    if security.spoofed_node:
+        text += f"; spoofed node {security.spoofed_node}"
     return text
 
 
-def _estimated_start(job: dict[str, Any], st: dict[str, Any]) -> str:
+def _estimated_start(job: JobRecord, st: StatusDocument) -> str:
     """The wall-clock time, how far off (real time) and the model time of a pending
     job's estimated start; ``N/A`` if it cannot be estimated."""
-    model = job.get("estimated_start")
+    model = job.estimated_start
     if model is None:
         return "N/A (it fits no set of nodes placement may use now)"
-    ahead = (model - st["model_time"]) / st["time_scale"]
+    ahead = (model - st.model_time) / st.time_scale
     return f"{start_text(job)} ({time_from_now(ahead)}; model time {fmt(model)} s)"
 
 
-def render(st: dict[str, Any], detail: bool = False) -> str:
+def _count(counters: Mapping[str, Json], key: str) -> Json:
+    return counters.get(key, 0)
+
+
+def render(st: StatusDocument, detail: bool = False) -> str:
     """The status as text tables."""
-    clock = st.get("clock") or {}
-    c = st["counters"]
-    ctl = c.get("controller", {})
-    transport = c.get("transport", {})
-    dropped = {k: v for k, v in (c.get("dropped") or {}).items() if v}
+    clock = st.clock
+    c = st.counters
+    ctl = c.controller
+    dropped = {k: v for k, v in c.dropped.items() if v}
     lines = [
-        f"coalloc on {st['address']}: policy {st['policy']}, model time "
-        f"{fmt(st['model_time'])} s (time scale {st['time_scale']:g}, cycle {st['cycle']:g} s)",
-        f"real clock {clock.get('quality', '-')} (offset {fmt(clock.get('offset_s'), 4)} s); "
-        f"report endpoint {st['report_endpoint']}; phase log {st['phase_log']}",
+        f"coalloc on {st.address}: policy {st.policy}, model time "
+        f"{fmt(st.model_time)} s (time scale {st.time_scale:g}, cycle {st.cycle:g} s)",
+        f"real clock {(clock.quality if clock else None) or '-'} (offset "
+        f"{fmt(clock.offset_s if clock else None, 4)} s); "
+        f"report endpoint {st.report_endpoint}; phase log {st.phase_log}",
         f"reports received {ctl.get('reports_received', 0)}, applied "
-        f"{ctl.get('reports_applied', 0)}, duplicates {transport.get('duplicates', 0)}, "
-        f"dropped {sum(int(v) for v in dropped.values())}"
+        f"{ctl.get('reports_applied', 0)}, duplicates {_count(c.transport, 'duplicates')}, "
+        f"dropped {sum(dropped.values())}"
         + (f" ({', '.join(f'{k} {v}' for k, v in sorted(dropped.items()))})" if dropped else "")
         + f"; commands sent {ctl.get('commands_sent', 0)}",
-        _security_line(st.get("security") or {}),
+        _security_line(st.security),
     ]
-    gc = {k: v for k, v in (st.get("global_counters") or {}).items() if v}
+    gc = {k: v for k, v in st.global_counters.items() if v}
     if gc:
         lines.append("global manager: " + ", ".join(f"{k} {v}" for k, v in sorted(gc.items())))
-    if st.get("journal_error"):
-        lines.append(f"JOURNAL: {st['journal_error']}")
+    if st.journal_error:
+        lines.append(f"JOURNAL: {st.journal_error}")
     lines.append("")
     if not detail:
         lines.append(
@@ -122,19 +118,17 @@ def render(st: dict[str, Any], detail: bool = False) -> str:
                  "HEALTH", "RAY NODE"),
                 [
                     (
-                        n["name"], n["speed_mhz"], n["cores"],
-                        ",".join(n.get("labels") or []) or "-", n["budget"], n["committed"],
-                        n["running_subtasks"], "yes" if n["ready"] else "NO",
-                        n.get("health", "up") if n.get("answering", True)
-                        else f"{n.get('health', 'up')}, not answering",
-                        (n["ray_node_id"] or "-")[:12],
+                        n.name, n.speed_mhz, n.cores, ",".join(n.labels) or "-", n.budget,
+                        n.committed, n.running_subtasks, "yes" if n.ready else "NO",
+                        n.health if n.answering else f"{n.health}, not answering",
+                        (n.ray_node_id or "-")[:12],
                     )
-                    for n in st["nodes"]
+                    for n in st.nodes
                 ],
             )
         )
         lines.append("")
-    if not st["jobs"]:
+    if not st.jobs:
         lines.append("no jobs")
         return "\n".join(lines)
     lines.append(
@@ -143,25 +137,27 @@ def render(st: dict[str, Any], detail: bool = False) -> str:
              "MEAN T_V", "WINDOW", "NODES"),
             [
                 (
-                    j["job_id"], j["name"], j["qos"], j["state"], _progress(j),
-                    j.get("phase_difference", j.get("mean_phase_difference")),
-                    j.get("max_phase_difference"), j.get("window_violation_fraction"),
-                    j.get("mean_virtual"), j.get("window", "-"), ",".join(j["nodes"]) or "-",
+                    j.job_id, j.name, j.qos.value, j.state.value, _progress(j),
+                    j.phase_difference if "phase_difference" in j.model_fields_set
+                    else j.mean_phase_difference,
+                    j.max_phase_difference, j.window_violation_fraction,
+                    j.mean_virtual, j.window if "window" in j.model_fields_set else "-",
+                    ",".join(j.nodes) or "-",
                 )
-                for j in st["jobs"]
+                for j in st.jobs
             ],
         )
     )
     if detail:
-        for j in st["jobs"]:
-            if j.get("reason"):
-                lines.append(f"\n{j['job_id']}: {escape_controls(j['reason'])}")
-            if j.get("state") == "pending":
+        for j in st.jobs:
+            if j.reason:
+                lines.append(f"\n{j.job_id}: {escape_controls(j.reason)}")
+            if j.state is JobPhase.PENDING:
                 lines.append(f"  estimated start: {_estimated_start(j, st)}")
-            for r in j.get("pending_reasons") or []:
-                sub = "" if r.get("subtask") is None else f" (subtask {r['subtask']})"
-                lines.append(f"  waits: {r['kind']}{sub}: {escape_controls(r['message'])}")
-            for h in j.get("history") or []:
+            for r in j.pending_reasons or []:
+                sub = "" if r.subtask is None else f" (subtask {r.subtask})"
+                lines.append(f"  waits: {r.kind}{sub}: {escape_controls(r.message)}")
+            for h in j.history:
                 lines.append(f"  earlier: {escape_controls(h)}")
             lines.append("")
             lines.append(
@@ -170,12 +166,11 @@ def render(st: dict[str, Any], detail: bool = False) -> str:
                      "VIRTUAL W", "PID", "EXIT"),
                     [
                         (
-                            s["index"], s["node"], s["executor"], s.get("state") or "-",
-                            "-" if s.get("progress") is None else f"{100 * s['progress']:.0f}%",
-                            s.get("virtual_time"), s.get("weight"), s.get("virtual_weight"),
-                            s.get("pid"), s.get("exit_code"),
+                            s.index, s.node, s.executor, s.state.value if s.state else "-",
+                            "-" if s.progress is None else f"{100 * s.progress:.0f}%",
+                            s.virtual_time, s.weight, s.virtual_weight, s.pid, s.exit_code,
                         )
-                        for s in j["subtasks"]
+                        for s in j.subtasks
                     ],
                 )
             )

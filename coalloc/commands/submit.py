@@ -44,15 +44,15 @@ def run_submit(args: argparse.Namespace) -> int:
     rejected = 0
     for a in answers:
         if args.quiet:
-            print(a["job_id"])
-        elif a["admitted"]:
+            print(a.job_id)
+        elif a.admitted:
             print(
-                f"{a['job_id']}  admitted  {a['name']}  nodes {','.join(a['nodes'])}  "
-                f"starts at {a['start_at']:g} s"
+                f"{a.job_id}  admitted  {a.name}  nodes {','.join(a.nodes)}  "
+                f"starts at {a.start_at or 0.0:g} s"
             )
-        elif a.get("pending"):
-            print(f"{a['job_id']}  pending  {a['name']}  ({escape_controls(a['reason'])})")
+        elif a.pending:
+            print(f"{a.job_id}  pending  {a.name}  ({escape_controls(a.reason)})")
         else:
-            print(f"{a['job_id']}  rejected  {a['name']}  ({escape_controls(a['reason'])})")
-        rejected += not a["admitted"] and not a.get("pending")
+            print(f"{a.job_id}  rejected  {a.name}  ({escape_controls(a.reason)})")
+        rejected += not a.admitted and not a.pending
     return 1 if rejected else 0

@@ -21,6 +21,7 @@ import pytest
 from support import cli_status as status
 from support import deployed, run_cli, wait_for
 
+from runtime.status import to_json
 from tests.integration.test_runtime_restarts import kill9, ready_of, restarted
 
 pytestmark = [pytest.mark.ray, pytest.mark.integration]
@@ -88,7 +89,8 @@ def test_random_kills_of_every_actor_lose_no_job(deployment: Any, capsys: Any) -
     while submitted < JOBS or victims:
         if submitted < JOBS:
             batch = specs[submitted:submitted + rng.randint(2, 5)]
-            answers = client.submit_all(batch)  # retried while the global manager restarts
+            # retried while the global manager restarts
+            answers = [to_json(a) for a in client.submit_all(batch)]
             ids += [a["job_id"] for a in answers]
             submitted += len(batch)
         if victims and rng.random() < 0.7:
@@ -109,11 +111,11 @@ def test_random_kills_of_every_actor_lose_no_job(deployment: Any, capsys: Any) -
 
     states = wait_for(all_final, timeout=300, every=1.0)
     for jid, st in states.items():
-        rec = client.job(jid)
+        rec = to_json(client.job(jid))
         if st != "completed":
             assert st == "failed" and rec["reason"], rec
     assert sum(1 for s in states.values() if s == "completed") >= JOBS // 2, states
-    attempts = [client.job(j)["attempt"] for j in ids]
+    attempts = [client.job(j).attempt for j in ids]
     with capsys.disabled():  # seen with pytest -s
         print(f"chaos: kills {kills}; states "
               f"{ {s: list(states.values()).count(s) for s in sorted(set(states.values()))} }; "
@@ -132,7 +134,7 @@ def test_random_kills_of_every_actor_lose_no_job(deployment: Any, capsys: Any) -
     # The phase log parses; no period of a run evaluated twice; one summary per run.
     from coallocator.phase_log import read_log
 
-    runs = {client.job(j)["run_id"] for j in ids if states[j] == "completed"}
+    runs = {client.job(j).run_id for j in ids if states[j] == "completed"}
 
     def summarised() -> list[dict[str, Any]] | None:
         # Once every completed run's summary has reached the log (a line being written
@@ -147,7 +149,7 @@ def test_random_kills_of_every_actor_lose_no_job(deployment: Any, capsys: Any) -
         recs = list(read_log(Path(log), on_torn=lambda _: None))
         missing = runs - {r["job"] for r in recs if r["type"] == "summary"}
         last = {r["job"]: r for r in recs if r["job"] in missing}
-        jobs = [client.job(j) for j in ids if client.job(j)["run_id"] in missing]
+        jobs = [client.job(j) for j in ids if client.job(j).run_id in missing]
         raise AssertionError(f"completed runs without a summary: {sorted(missing)}; "
                              f"their last records: {list(last.values())}; kills {kills}; "
                              f"jobs {jobs}") from None

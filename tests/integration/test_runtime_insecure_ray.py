@@ -140,7 +140,7 @@ def test_bad_frames_are_counted_and_good_reports_still_applied(
     assert st["counters"]["transport"]["duplicates"] >= 1
     # The controller kept running and keeps answering.
     assert st["controller"]["running"] is True
-    assert client.cancel(job_id)["state"] == "cancelled"
+    assert client.cancel(job_id).state == "cancelled"
 
 
 @pytest.fixture(scope="module")
@@ -182,8 +182,8 @@ def test_prometheus_sees_phase_difference_reports_drops_queue_and_nodes(
     idle_budgets(capsys, insecure.address)
     running = client.submit(dict(spec, name="in-step"))
     waiting = client.submit(dict(spec, name="waits"))
-    assert client.job(running)["state"] == "running"
-    assert client.job(waiting)["state"] == "pending"
+    assert client.job(running).state == "running"
+    assert client.job(waiting).state == "pending"
     before = status(capsys, insecure.address)
     sent = {"truncated": 3, "bad_version": 2}
     good = encode_report(ProgressReport("x", 0, "n", 1, 1, 0.0, 0.0, 1.0, 1.0, False))

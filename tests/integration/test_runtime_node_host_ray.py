@@ -13,6 +13,8 @@ import pytest
 from support import cli_status as status
 from support import deployed, wait_for
 
+from runtime.status import to_json
+
 pytestmark = pytest.mark.ray
 
 
@@ -63,7 +65,7 @@ def test_nodes_share_processes_but_not_their_identity(deployment: Any, capsys: A
 
     job = client.submit({"name": "wide", "qos": "strict", "overall_deviation": 100,
                          "asynchrony": 50, "subtasks": [{"work": 60}] * 5})
-    final = client.wait(job, timeout=120)
+    final = to_json(client.wait(job, timeout=120))
     assert final["state"] == "completed"
     assert sorted(s["node"] for s in final["subtasks"]) == ["n0", "n1", "n2", "n3", "n4"]
     # Every node's reports were applied with its own keys: none dropped as spoofed.
@@ -93,7 +95,7 @@ def test_a_killed_host_restarts_every_node_it_hosts(deployment: Any, capsys: Any
     again = {n: wait_for(lambda n=n: (r := ready_of(host_name(0), n)) is not None
                          and r["pid"] != info["pid"] and r) for n in victims}
     assert all(a["restored"] >= 1 for a in again.values())
-    final = client.wait(job, timeout=120)
+    final = to_json(client.wait(job, timeout=120))
     assert final["state"] == "completed", final
     after = {n["name"]: n["incarnation"] for n in status(capsys, deployment.address)["nodes"]}
     # Every node of host 0 came back as a new incarnation; the others did not change.

@@ -25,6 +25,7 @@ import pytest
 from support import cli_status as status
 from support import deployed, idle_budgets, run_cli, wait_for
 
+from runtime.status import to_json
 from tests.integration.test_runtime_restarts import ready_of
 
 pytestmark = pytest.mark.ray
@@ -81,7 +82,7 @@ def test_a_job_that_does_not_fit_is_pending_with_a_reason_and_runs_after_a_cance
     code, text, _ = run_cli(capsys, "status", waiter, "--address", cluster.address)
     assert code == 0 and "estimated start: " in text and "N/A" not in text
     client.cancel(blocker)
-    assert client.wait(waiter, timeout=120)["state"] == "completed"
+    assert client.wait(waiter, timeout=120).state == "completed"
 
 
 def test_the_dashboard_shows_what_status_shows_in_a_real_browser(
@@ -211,11 +212,11 @@ def test_a_silent_node_is_lost_and_its_gang_requeued_whole_on_the_others(
     pid = int(info["pid"])
     os.kill(pid, signal.SIGSTOP)
     try:
-        again = wait_for(lambda: (j := client.job(jid))["attempt"] >= 2 and j, timeout=120)
+        again = to_json(wait_for(lambda: (j := client.job(jid)).attempt >= 2 and j, timeout=120))
         assert f"node {lost} lost" in again["history"][0]
         nodes = {n["name"]: n for n in status(capsys, cluster.address)["nodes"]}
         assert nodes[lost]["health"] == "lost"
-        done = client.wait(jid, timeout=180)
+        done = to_json(client.wait(jid, timeout=180))
         assert done["state"] == "completed", done
         assert lost not in done["nodes"] and done["run_id"] == f"{jid}.2"
     finally:
@@ -257,9 +258,9 @@ def test_status_queue_and_submit_answer_while_a_dispatch_waits_on_a_stopped_node
     os.kill(pid, signal.SIGSTOP)
     try:
         submitting.start()  # fills every node, n2 too (not stale yet: silent < 3 s)
-        held = wait_for(lambda: next((j["job_id"] for j in client.queue()
-                                      if j["name"] == "held"), None))
-        assert client.job(held)["dispatching"] is True
+        held = wait_for(lambda: next((j.job_id for j in client.queue()
+                                      if j.name == "held"), None))
+        assert client.job(held).dispatching is True
         code, out, err = run_cli(capsys, "queue", "--address", cluster.address)
         assert code == 0 and held in out, (code, out, err)
         code, out, err = run_cli(capsys, "submit", str(path), "--address", cluster.address)
@@ -271,9 +272,9 @@ def test_status_queue_and_submit_answer_while_a_dispatch_waits_on_a_stopped_node
         os.kill(pid, signal.SIGCONT)
     submitting.join(120)
     assert not submitting.is_alive() and answers == [held]
-    other = next(j["job_id"] for j in client.queue() if j["name"] == "other")
+    other = next(j.job_id for j in client.queue() if j.name == "other")
     client.cancel_jobs([other])
-    done = client.wait(held, timeout=180)
+    done = to_json(client.wait(held, timeout=180))
     assert done["state"] == "completed", done
     wait_for(lambda: client.job_states([other])[other] == "cancelled")
 

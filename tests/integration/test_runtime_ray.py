@@ -32,6 +32,7 @@ from support import idle_budgets, pid_alive, run_cli, wait_for
 from coalloc import cli
 from coallocator.messages import ProgressReport
 from coallocator.wire import encode_report
+from runtime.status import to_json
 
 pytestmark = pytest.mark.ray
 
@@ -135,7 +136,7 @@ def test_strict_job_end_to_end_through_the_cli(
     assert "admitted" in out
     import coalloc
 
-    final = coalloc.connect(deployment.address).wait(job_id, timeout=90)
+    final = to_json(coalloc.connect(deployment.address).wait(job_id, timeout=90))
     assert final["state"] == "completed"
     assert all(s["state"] == "finished" for s in final["subtasks"])
     # The controller closes the job when its last report arrives (the global manager may
@@ -269,7 +270,7 @@ def test_forged_reports_from_outside_the_runtime_are_refused(
                if r["job"] == job_id and r["type"] == "period" and "mean_virtual" in r)
     code, out, _ = run_cli(capsys, "status", "--address", deployment.address)
     assert code == 0 and "CURVE" in out and "auth failures" in out
-    assert client.cancel(job_id)["state"] == "cancelled"
+    assert client.cancel(job_id).state == "cancelled"
 
 
 def test_sockets_listen_on_the_controllers_ray_address_only(
@@ -315,7 +316,7 @@ def test_process_executor_jobs(deployment: Any, capsys: Any, tmp_path: Path) -> 
     import coalloc
 
     client = coalloc.connect(deployment.address)
-    answers = client.submit_all(
+    submitted = client.submit_all(
         [
             {"name": "short", "qos": "strict", "overall_deviation": 100, "asynchrony": 50,
              "subtasks": [{"work": 5, "weight": 1},
@@ -331,12 +332,13 @@ def test_process_executor_jobs(deployment: Any, capsys: Any, tmp_path: Path) -> 
                            "command": ["python3", "-c", "while True: pass"]}]},
         ]
     )
+    answers = [to_json(a) for a in submitted]
     assert all(a["admitted"] for a in answers)
     short, fails, missing, spin = (a["job_id"] for a in answers)
-    assert client.wait(short, timeout=60)["state"] == "completed"
-    rec = client.wait(fails, timeout=60)
+    assert client.wait(short, timeout=60).state == "completed"
+    rec = to_json(client.wait(fails, timeout=60))
     assert rec["state"] == "failed" and "status 3" in rec["reason"]
-    rec = client.wait(missing, timeout=60)
+    rec = to_json(client.wait(missing, timeout=60))
     assert rec["state"] == "failed" and "coalloc-no-such-program" in rec["reason"]
     st = status(capsys, deployment.address, short)
     proc = st["jobs"][0]["subtasks"][1]
@@ -432,7 +434,7 @@ def test_the_cli_answers_through_the_api_with_the_ray_paths_documents(
             doc = json.loads(resp.read())
             conn.close()
             assert resp.status == want and "\n" not in doc["error"]
-        assert client.job(job_id)["state"] == "running"  # still serving
+        assert client.job(job_id).state == "running"  # still serving
     finally:
         client.cancel(job_id)
 
@@ -506,10 +508,10 @@ def test_parity_with_the_simulator(deployment: Any, capsys: Any) -> None:
     nodes = tuple(Node(n["name"], n["speed_mhz"], n["cores"]) for n in st["nodes"])
     specs = parse_document(PARITY_JOBS, "parity")
 
-    answers = client.submit_all(specs)
+    answers = [to_json(a) for a in client.submit_all(specs)]
     for a in answers:
         if a["admitted"]:
-            assert client.wait(a["job_id"], timeout=120)["state"] == "completed"
+            assert client.wait(a["job_id"], timeout=120).state == "completed"
     admitted = {a["job_id"] for a in answers if a["admitted"]}
 
     def summaries() -> Any:

@@ -20,6 +20,8 @@ import pytest
 from support import cli_status as status
 from support import deployed, pid_alive, run_cli, wait_for
 
+from runtime.status import to_json
+
 pytestmark = pytest.mark.ray
 
 TIME_SCALE = 100.0
@@ -83,7 +85,7 @@ def test_the_global_manager_restarts_and_recovers_its_job_table(
 
     client = coalloc.connect(deployment.address)
     assert client.api is not None  # through the API: the restarted manager binds its port
-    before = client.submit_all([strict_job("gm-a"), strict_job("gm-b", 5.0)])
+    before = [to_json(a) for a in client.submit_all([strict_job("gm-a"), strict_job("gm-b", 5.0)])]
     assert all(a["admitted"] for a in before)
     a, b = (x["job_id"] for x in before)
     journal = Path(client.deployment()["gm_journal"])
@@ -108,7 +110,7 @@ def test_the_global_manager_restarts_and_recovers_its_job_table(
     assert after not in (a, b)
 
     for job in (a, b, after):
-        assert client.wait(job, timeout=120)["state"] == "completed"
+        assert client.wait(job, timeout=120).state == "completed"
     # Every budget is released: nothing committed twice or left behind.
     nodes = status(capsys, deployment.address)["nodes"]
     assert all(n["committed"] == pytest.approx(0.0, abs=1e-9) for n in nodes)
@@ -155,7 +157,7 @@ def test_the_controller_restarts_on_its_ports_and_tracks_running_jobs_again(
     # A job that ends before the restart: its summary must survive it (the restarted
     # controller appends to the phase log), whichever tests ran before this one.
     earlier = client.submit(strict_job("ctl-0", 30.0))
-    assert client.wait(earlier, timeout=120)["state"] == "completed"
+    assert client.wait(earlier, timeout=120).state == "completed"
     job = client.submit(strict_job("ctl-a"))
     # Wait until the controller tracks the job (it has started and reports arrive).
     wait_for(lambda: status(capsys, deployment.address, job)["jobs"][0].get(
@@ -173,7 +175,7 @@ def test_the_controller_restarts_on_its_ports_and_tracks_running_jobs_again(
     st = wait_for(lambda: (s := status(capsys, deployment.address))["counters"][
         "controller"].get("reports_applied", 0) > 0 and s)
     assert st["controller"]["running"] is True and st["controller"]["error"] is None
-    assert client.wait(job, timeout=120)["state"] == "completed"
+    assert client.wait(job, timeout=120).state == "completed"
     # The controller closes the job (its summary is appended to the same phase log).
     log = Path(st["phase_log"])
     wait_for(lambda: any(
@@ -247,7 +249,7 @@ def test_a_local_manager_restarts_resumes_its_node_and_keeps_its_processes(
     assert after["done_work"] >= 0.5 * done_before > 0
 
     go.touch()  # the command ends now, under its new manager
-    final = client.wait(job, timeout=120)
+    final = to_json(client.wait(job, timeout=120))
     assert final["state"] == "completed", _why(final)
     assert all(s["state"] == "finished" for s in final["subtasks"])
     assert not pid_alive(pid)
@@ -297,7 +299,7 @@ def test_a_stalled_local_manager_resynchronises_instead_of_replaying(
     # twenty it missed (each cycle is about 2 % of this job on an idle node).
     after = progress()[node]
     assert after - before < 0.5 * (20 * 0.02), (before, after)
-    assert client.wait(job, timeout=120)["state"] == "completed"
+    assert client.wait(job, timeout=120).state == "completed"
 
 
 def test_a_reattached_command_that_fails_fails_its_job_with_its_exit_status(
@@ -331,7 +333,7 @@ def test_a_reattached_command_that_fails_fails_its_job_with_its_exit_status(
     go.touch()  # it ends now: while its manager is down, or just after the restart
     info = restarted(name, old)
     assert info["restored"] >= 1
-    final = client.wait(job, timeout=120)
+    final = to_json(client.wait(job, timeout=120))
     assert final["state"] == "failed", _why(final)
     assert [s.get("exit_code") for s in final["subtasks"]].count(3) == 1, final
     text = json.dumps(final)

@@ -68,7 +68,7 @@ def test_a_retried_submission_sends_the_same_token(monkeypatch: pytest.MonkeyPat
             return {"n_nodes": 3}
         if failures:
             raise failures.pop(0)
-        return [{"job_id": "j00001", "admitted": True, "reason": ""}]
+        return [{"job_id": "j00001", "name": "a", "admitted": True, "reason": ""}]
 
     monkeypatch.setattr(ray, "get", fake_get)
     monkeypatch.setattr(client_mod, "RETRY_EVERY_S", 0.0)

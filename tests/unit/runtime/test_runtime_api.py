@@ -20,7 +20,16 @@ from coalloc.api_client import HttpApi
 from coalloc.client import Client
 from coalloc.errors import UserError
 from runtime.api import MAX_BODY_BYTES, ApiServer, BadRequest, strict_json
+from runtime.status import (
+    ControllerSummary,
+    JobRecord,
+    QueueRow,
+    SecurityStatus,
+    StatusCounters,
+    StatusDocument,
+)
 from workloads.errors import UserError as CoreUserError
+from workloads.model import JobPhase, QosClass
 
 TOKEN = "s3cret-token"
 
@@ -84,6 +93,48 @@ class FakeBackend:
                  "was": "running", "state": "cancelled"} for j in job_ids or ["j00001"]]
 
 
+def _job(job_id: str, state: str) -> JobRecord:
+    return JobRecord(job_id=job_id, name="a", qos=QosClass.BEST_EFFORT, user="u", priority=0,
+                     state=JobPhase(state), reason="", submitted_at=0.0, run_id=job_id)
+
+
+class TypedBackend(FakeBackend):
+    """:class:`FakeBackend`'s answers as the global manager's documents
+    (:mod:`runtime.status`), every field a client parses set."""
+
+    def status(self, job_id: str | None = None, all_jobs: bool = False) -> Any:
+        doc = super().status(job_id, all_jobs)
+        counters = StatusCounters(report_endpoint=None, command_endpoint=None, controller={},
+                                  transport={}, commands_transport={}, dropped={},
+                                  auth_failures=None, local_managers={})
+        return StatusDocument(
+            address=None, policy="sq", queue="wait", journal_error=None, global_counters={},
+            time_scale=1.0, cycle=10.0, control_period=1.0, model_time=doc["model_time"],
+            phase_log=None, report_endpoint=None, security=SecurityStatus(mode="curve"),
+            clock=None, controller=ControllerSummary(running=True, error=None,
+                                                     period_time=None),
+            counters=counters, nodes=[],
+            jobs=[_job(j["job_id"], "running").model_copy(update=j) for j in doc["jobs"]])
+
+    def queue(self) -> Any:
+        return [QueueRow.model_validate(dict(
+            _job(r["job_id"], r["state"]).model_dump(), nodes=[], attempt=1,
+            pending_reasons=None, estimated_start=None, estimated_start_time=None, **r))
+            for r in super().queue()]
+
+    def job(self, job_id: str) -> Any:
+        rec = super().job(job_id)
+        return None if rec is None else _job(rec["job_id"], rec["state"])
+
+    def submit_documents(self, jobs: list[Mapping[str, Any]], token: str | None) -> Any:
+        return [dict(a, name="a") for a in super().submit_documents(jobs, token)]
+
+    def submit_file(self, text: str, source: str, default_user: str,
+                    token: str | None) -> Any:
+        return [dict(a, name="a") for a in super().submit_file(text, source, default_user,
+                                                                token)]
+
+
 @pytest.fixture
 def served() -> Iterator[tuple[ApiServer, FakeBackend]]:
     backend = FakeBackend()
@@ -107,6 +158,16 @@ def raw(server: ApiServer, method: str, path: str, body: bytes | None = None,
         return resp.status, json.loads(data) if data else None
     finally:
         conn.close()
+
+
+@pytest.fixture
+def typed() -> Iterator[tuple[ApiServer, FakeBackend]]:
+    backend = TypedBackend()
+    server = ApiServer(backend, "127.0.0.1", 0, TOKEN)
+    try:
+        yield server, backend
+    finally:
+        server.close()
 
 
 def api(server: ApiServer, **kw: Any) -> HttpApi:
@@ -245,18 +306,18 @@ def test_a_server_needs_a_token() -> None:
 
 
 def test_the_client_reaches_every_call_through_the_api(
-    served: tuple[ApiServer, FakeBackend],
+    typed: tuple[ApiServer, FakeBackend],
 ) -> None:
-    server, backend = served
+    server, backend = typed
     client = Client(None, "127.0.0.1:1", api(server))
     assert client.deployment()["n_nodes"] == 3
-    assert client.status()["jobs"][0]["job_id"] == "j00001"
+    assert client.status().jobs[0].job_id == "j00001"
     with pytest.raises(UserError, match="j00009: unknown job id"):
         client.status("j00009")
-    assert client.status(all_jobs=True)["jobs"] and backend.calls[-1] == (
+    assert client.status(all_jobs=True).jobs and backend.calls[-1] == (
         "status", (None, True))
-    assert client.queue()[0]["state"] == "pending"
-    assert client.job("j00001")["state"] == "running"
+    assert client.queue()[0].state == "pending"
+    assert client.job("j00001").state == "running"
     with pytest.raises(UserError, match="j00009: unknown job id"):
         client.job("j00009")
     assert client.job_states(["j00001"]) == {"j00001": "running"}
@@ -264,28 +325,28 @@ def test_the_client_reaches_every_call_through_the_api(
     assert client.submit(job) == "j00001"
     (name, (docs, token)) = [c for c in backend.calls if c[0] == "submit"][-1]
     assert docs[0]["name"] == "a" and len(docs[0]["subtasks"]) == 2 and len(token) == 32
-    assert client.cancel("j00001")["job_id"] == "j00001"
+    assert client.cancel("j00001").job_id == "j00001"
     with pytest.raises(UserError, match="j00009: unknown job id"):
         client.cancel("j00009")
-    assert client.cancel_jobs(user="alice")[0]["result"] == "cancelled"
+    assert client.cancel_jobs(user="alice")[0].result == "cancelled"
     with pytest.raises(UserError, match="give job ids"):
         client.cancel_jobs()
 
 
 def test_a_job_file_is_sent_as_text_and_checked_by_the_server_as_a_local_file_is(
-    served: tuple[ApiServer, FakeBackend], tmp_path: Any,
+    typed: tuple[ApiServer, FakeBackend], tmp_path: Any,
 ) -> None:
     """The CLI sends the file's text; the server's messages name the file as the local
     parser does (the same function checks both)."""
     from workloads.spec import load_jobs
 
-    server, backend = served
+    server, backend = typed
     client = Client(None, "127.0.0.1:1", api(server))
     good = tmp_path / "jobs.yaml"
     good.write_text("- {name: a, qos: loose, subtasks: [{work: 5}]}\n"
                     "- {name: b, qos: loose, user: bob, subtasks: [{work: 5}]}\n")
     answers = client.submit_file(good)
-    assert [a["user"] for a in answers][1] == "bob"
+    assert [a.user for a in answers][1] == "bob"  # a field the answer does not name
     (_, (text, source, user, token)) = backend.calls[-1]
     assert text == good.read_text() and source == str(good) and len(token) == 32
     bad = tmp_path / "bad.yaml"

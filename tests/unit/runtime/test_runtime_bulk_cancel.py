@@ -53,4 +53,4 @@ def test_cancelling_a_job_that_is_over_says_so_and_unknown_ids_are_named(
     assert g.gm.cancel_many(None, state="pending") == []
     assert g.gm.cancel("j99999") is None
     rec = g.gm.cancel(job)
-    assert rec is not None and rec["state"] == "cancelled"
+    assert rec is not None and rec.state == "cancelled"

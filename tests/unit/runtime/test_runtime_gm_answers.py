@@ -21,8 +21,8 @@ def test_a_pending_submission_answers_why_it_waits(tmp_path: Path) -> None:
     (b,) = g.gm.submit([BIG])
     assert b["pending"]
     rec = g.gm.job(b["job_id"])
-    assert rec is not None and rec["pending_reasons"]
-    assert b["reason"] == rec["reason"] and "next placement cycle" not in b["reason"]
+    assert rec is not None and rec.pending_reasons
+    assert b["reason"] == rec.reason and "next placement cycle" not in b["reason"]
 
 
 def test_wait_is_time_in_the_queue_for_every_job(tmp_path: Path) -> None:
@@ -33,13 +33,13 @@ def test_wait_is_time_in_the_queue_for_every_job(tmp_path: Path) -> None:
     g.loop.manual.set(g.loop.manual.now() + 4.0)  # between boundaries: starts come later
     (a,) = g.gm.submit([BIG])
     (b,) = g.gm.submit([BIG])
-    rows = {r["job_id"]: r for r in g.gm.queue()}
+    rows = {r.job_id: r for r in g.gm.queue()}
     now = g.gm.clock.now()
     info_a, info_b = g.gm.jobs[a["job_id"]], g.gm.jobs[b["job_id"]]
-    assert rows[b["job_id"]]["wait"] == now - info_b.submitted_at >= 0
-    assert rows[a["job_id"]]["wait"] == info_a.start_at - info_a.submitted_at > 0
+    assert rows[b["job_id"]].wait == now - info_b.submitted_at >= 0
+    assert rows[a["job_id"]].wait == info_a.start_at - info_a.submitted_at > 0
     g.step(2)
-    assert g.gm.queue()[0]["wait"] == g.gm.clock.now() - info_b.submitted_at > 0
+    assert g.gm.queue()[0].wait == g.gm.clock.now() - info_b.submitted_at > 0
 
 
 def test_a_requeued_pending_job_lists_no_nodes(tmp_path: Path) -> None:
@@ -51,11 +51,11 @@ def test_a_requeued_pending_job_lists_no_nodes(tmp_path: Path) -> None:
     g.silent.add(lost)
     g.run_until(lambda: g.state(job) != "running")
     rec = g.gm.job(job)
-    assert rec is not None and rec["state"] == "pending"
-    assert rec["nodes"] == [] and rec["subtasks"] == []
-    assert f"node {lost} lost" in rec["history"][0]  # where it ran is in its history
-    (row,) = [r for r in g.gm.queue() if r["job_id"] == job]
-    assert row["nodes"] == []
+    assert rec is not None and rec.state == "pending"
+    assert rec.nodes == [] and rec.subtasks == []
+    assert f"node {lost} lost" in rec.history[0]  # where it ran is in its history
+    (row,) = [r for r in g.gm.queue() if r.job_id == job]
+    assert row.nodes == []
 
 
 def test_a_subtask_that_just_finished_is_no_zombie(tmp_path: Path) -> None:

@@ -98,7 +98,7 @@ def test_status_queue_and_submit_answer_while_a_node_hangs_in_a_dispatch(
     t, answers, job = _job_in_dispatch(g, hanging)
     # The job's run is reserved: running, its budgets committed, being dispatched.
     shown = g.gm.job(job)
-    assert shown is not None and shown["state"] == "running" and shown["dispatching"]
+    assert shown is not None and shown.state == "running" and shown.dispatching
     assert sum(g.gm.core.committed.values()) > 0
     everything = g.gm.describe()
     listed = g.gm.queue()
@@ -106,8 +106,8 @@ def test_status_queue_and_submit_answer_while_a_node_hangs_in_a_dispatch(
     placed = g.gm.place_pending()
     assert not hanging.release.is_set()  # all of the above returned while it hung
     assert t.is_alive() and not answers  # the submission that dispatches still waits
-    assert [j["job_id"] for j in everything["jobs"]] == [job]
-    assert job in [j["job_id"] for j in listed]
+    assert [j.job_id for j in everything.jobs] == [job]
+    assert job in [j.job_id for j in listed]
     assert other["admitted"] and placed == 0
     assert g.gm.jobs[other["job_id"]].state is JobPhase.RUNNING
     hanging.release.set()
@@ -115,7 +115,7 @@ def test_status_queue_and_submit_answer_while_a_node_hangs_in_a_dispatch(
     (a,) = answers
     assert a["admitted"] and a["job_id"] == job
     shown = g.gm.job(job)
-    assert shown is not None and not shown["dispatching"]
+    assert shown is not None and not shown.dispatching
     assert {n for n, run in hanging.placed if run == job} == set(a["nodes"])
     assert not [c for c in hanging.cancelled if c[0] == job]
     g.run_until(lambda: g.state(job) == "completed" and g.state(other["job_id"]) == "completed")

@@ -128,22 +128,22 @@ def test_a_job_that_does_not_fit_waits_with_reasons_and_runs_when_the_blocker_is
     (b,) = g.gm.submit([big])
     assert b["pending"] and not b["admitted"]
     rec = g.gm.job(b["job_id"])
-    assert rec is not None and rec["state"] == "pending"
-    assert rec["pending_reasons"] and rec["reason"] == "; ".join(
-        r["message"] for r in rec["pending_reasons"])
-    assert [q["job_id"] for q in g.gm.queue()] == [b["job_id"], a["job_id"]]
+    assert rec is not None and rec.state == "pending"
+    assert rec.pending_reasons and rec.reason == "; ".join(
+        r.message for r in rec.pending_reasons)
+    assert [q.job_id for q in g.gm.queue()] == [b["job_id"], a["job_id"]]
     # b is estimated to start when a is expected to end: its start plus work / rate.
     run = g.gm.job(a["job_id"])
-    assert run is not None and run["start_at"] is not None
-    ends = run["start_at"] + max(s["work"] / s["expected_rate"] for s in run["subtasks"])
-    assert rec["estimated_start"] == pytest.approx(ends)
+    assert run is not None and run.start_at is not None
+    ends = run.start_at + max(s.work / s.expected_rate for s in run.subtasks)
+    assert rec.estimated_start == pytest.approx(ends)
     # The same instant as wall-clock time (the loop's time base: epoch 0, scale 1).
-    assert datetime.fromisoformat(rec["estimated_start_time"]) == datetime.fromtimestamp(
+    assert datetime.fromisoformat(rec.estimated_start_time or "") == datetime.fromtimestamp(
         int(ends), tz=timezone.utc)
-    rows = {q["job_id"]: q for q in g.gm.queue()}
-    assert rows[b["job_id"]]["estimated_start"] == pytest.approx(ends)
-    assert rows[a["job_id"]]["estimated_start"] is None  # running: nothing to estimate
-    assert g.gm.describe()["jobs"][1]["estimated_start"] == pytest.approx(ends)
+    rows = {q.job_id: q for q in g.gm.queue()}
+    assert rows[b["job_id"]].estimated_start == pytest.approx(ends)
+    assert rows[a["job_id"]].estimated_start is None  # running: nothing to estimate
+    assert g.gm.describe().jobs[1].estimated_start == pytest.approx(ends)
     g.step(3)
     assert g.state(b["job_id"]) == "pending"
     g.gm.cancel(a["job_id"])
@@ -205,8 +205,8 @@ def test_a_lost_node_fails_a_gang_whose_policy_is_fail(tmp_path: Path) -> None:
     g.silent.add(a["nodes"][1])
     g.run_until(lambda: g.state(job) != "running")
     rec = g.gm.job(job)
-    assert rec is not None and rec["state"] == "failed"
-    assert f"node {a['nodes'][1]} lost" in rec["reason"]
+    assert rec is not None and rec.state == "failed"
+    assert f"node {a['nodes'][1]} lost" in rec.reason
     assert all(v == 0.0 for v in g.gm.core.committed.values())
     assert g.gm.counters["failed_node_loss"] == 1
 

@@ -23,6 +23,7 @@ from runtime.config import RuntimeConfig, runtime_core
 from runtime.global_service import GlobalService
 from runtime.job_journal import JOURNAL_TABLES, read_journal
 from runtime.journal import Journal
+from runtime.status import to_json
 from runtime.timebase import ModelClock, TimeBase
 from tests.unit.runtime.test_runtime_gm_recovery import Recorder
 from tests.unit.runtime.test_runtime_wiring import JOBS, NODES, strict
@@ -87,7 +88,7 @@ def state_of(gm: GlobalService) -> dict[str, Any]:
         "tokens": gm.tokens, "lost": gm.lost, "counters": gm.counters,
         "archive": gm.archived_jobs(),
         "describe": [{k: v for k, v in d.items() if d["state"] != "pending" or k not in derived}
-                     for d in gm.describe(archived=True)["jobs"]],
+                     for d in map(to_json, gm.describe(archived=True).jobs)],
     }
 
 
@@ -156,9 +157,9 @@ def test_finished_jobs_leave_the_table_after_the_retention_and_are_still_read(
     assert set(w.gm.job_states()) == {waits, runs}  # the live table
     assert w.gm.job_states([done]) == {done: "completed"}  # by id, from the archive
     assert w.gm.job(done) == finished
-    assert [j["job_id"] for j in w.gm.describe()["jobs"]] == [waits, runs]
-    assert [j["job_id"] for j in w.gm.describe(archived=True)["jobs"]] == [waits, runs, done]
-    assert w.gm.describe(done)["jobs"] == [finished]
+    assert [j.job_id for j in w.gm.describe().jobs] == [waits, runs]
+    assert [j.job_id for j in w.gm.describe(archived=True).jobs] == [waits, runs, done]
+    assert w.gm.describe(done).jobs == [finished]
     (again,) = w.gm.cancel_many([done])
     assert again["result"] == "already completed"
     # A restarted manager reads the same archive; the journal keeps no row of it live.
@@ -178,8 +179,8 @@ def test_a_journal_without_retention_keeps_the_archive_in_memory(tmp_path: Path)
     gm.cancel(a["job_id"])
     w.manual.set(KEEP_S + CYCLE)
     assert gm.archive_finished() == 1
-    assert gm.job(a["job_id"])["state"] == "cancelled"  # type: ignore[index]
-    assert [j["job_id"] for j in gm.describe(archived=True)["jobs"]] == [a["job_id"]]
+    assert gm.job(a["job_id"]).state == "cancelled"  # type: ignore[union-attr]
+    assert [j.job_id for j in gm.describe(archived=True).jobs] == [a["job_id"]]
 
 
 @pytest.mark.parametrize("version", [2, 3])

@@ -53,7 +53,7 @@ def test_a_rebuilt_service_recovers_the_table_budgets_and_rng(tmp_path: Path) ->
     assert again.job_states() == gm.job_states()
     assert again.core.committed == gm.core.committed and again.core.load == gm.core.load
     assert again.core.rng.getstate() == gm.core.rng.getstate()
-    assert again.describe()["jobs"] == gm.describe()["jobs"]
+    assert again.describe().jobs == gm.describe().jobs
     # The same next decision: a new job gets the same id and placement from both.
     assert gm.submit([JOBS[0]]) == again.submit([JOBS[0]])
 
@@ -83,7 +83,7 @@ def test_reconcile_applies_outcomes_the_service_missed(tmp_path: Path) -> None:
     assert gone.reconcile(nodes[0], views[nodes[0]]) == 0  # applied once
     assert gone.job_states()[job] == "running"
     assert gone.reconcile(nodes[1], views[nodes[1]]) == 1
-    assert gone.job(job)["state"] == "completed"  # type: ignore[index]
+    assert gone.job(job).state == "completed"  # type: ignore[union-attr]
     assert all(v == 0.0 for v in gone.core.committed.values())
     data = read_journal(tmp_path / "gm.json")
     assert {k: j["state"] for k, j in data["jobs"].items()} == {job: "completed"}

@@ -64,7 +64,7 @@ def test_a_report_names_live_subtasks_and_only_the_ended_ones_asked_for(
     finish = {o.index: o.finish_time for o in lost}
     rec = g.gm.job(job)
     assert rec is not None
-    assert {s["index"]: s["finish_time"] for s in rec["subtasks"]} == finish
+    assert {s.index: s.finish_time for s in rec.subtasks} == finish
 
 
 def test_a_report_from_a_stopped_loop_does_not_keep_its_node_alive(tmp_path: Path) -> None:

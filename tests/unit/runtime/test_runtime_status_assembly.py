@@ -1,4 +1,4 @@
-"""The status document (:func:`runtime.actors.assemble_status`) is assembled from typed
+"""The status document (:func:`runtime.status.assemble_status`) is assembled from typed
 records the global manager already holds, without asking any node: its job table, each
 node's last :class:`~workloads.messages.NodeReport` (the monitor's, once a second) and
 each subtask's last :class:`~workloads.messages.SubtaskReport`, plus the controller's
@@ -17,9 +17,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from runtime.actors import LIVE_FIELDS, assemble_status
 from runtime.config import RuntimeConfig, runtime_core
 from runtime.node_health import REPORT_FRESH_S, HeardReport
+from runtime.status import (
+    LIVE_FIELDS,
+    ControllerView,
+    StatusDocument,
+    assemble_status,
+    to_json,
+)
 from tests.unit.runtime.test_runtime_wiring import NODES, Loopback, strict
 from workloads.messages import NodeReport, SubtaskPhase, SubtaskReport
 
@@ -53,10 +59,13 @@ def _step(loop: Loopback, cycles: int, start: int = 0) -> None:
 
 def _status(loop: Loopback, job_id: str | None = None, ctl: dict[str, Any] | None = None,
             errors: dict[str, str] | None = None) -> dict[str, Any]:
+    """The status document as the API serves it (JSON)."""
     heard, subtasks = loop.gm.heard()
-    return assemble_status(loop.gm.describe(), heard, subtasks,
-                           loop.ctl.status() if ctl is None else ctl, PLACEMENTS,
-                           loop.gm.config, INFO, job_id, errors)
+    view = ControllerView.model_validate(loop.ctl.status() if ctl is None else ctl)
+    return to_json(assemble_status(
+        loop.gm.describe(), heard, subtasks, view, PLACEMENTS, loop.gm.config,
+        address=INFO["address"], phase_log=INFO["phase_log"],
+        security_mode=INFO["transport_security"], job_id=job_id, errors=errors))
 
 
 def test_a_running_job_carries_its_nodes_live_fields_and_the_controllers_figures(
@@ -146,7 +155,7 @@ def test_a_pending_job_takes_nothing_from_the_controller_and_a_job_id_filters(
     runs, waits = (a["job_id"] for a in loop.gm.submit([big, big]))
     _step(loop, 2)
     ctl = loop.ctl.status()
-    ctl["jobs"][waits] = {"closed": False, "phase_difference": 9.9, "window": 1.0}
+    ctl["jobs"][waits] = {"closed": False, "phase_difference": 9.9, "window": "none"}
     st = _status(loop, ctl=ctl)
     by_id = {j["job_id"]: j for j in st["jobs"]}
     assert by_id[waits]["state"] == "pending" and by_id[waits]["subtasks"] == []
@@ -205,7 +214,9 @@ def test_a_node_whose_last_report_is_old_is_shown_as_not_answering_with_its_last
     (job,) = st["jobs"]
     assert all(s["done_work"] > 0 for s in job["subtasks"])  # n1's: its last report
     st.update(address="ray://x", time_scale=1.0, cycle=10.0)
-    rows = {line.split()[0]: line for line in render(st).splitlines() if line.startswith("n")}
+    rows = {line.split()[0]: line
+            for line in render(StatusDocument.model_validate(st)).splitlines()
+            if line.startswith("n")}
     assert "up, not answering" in rows["n1"] and "not answering" not in rows["n0"]
     # A failed call says how it failed.
     st = _status(loop, errors={"n1": "ActorDiedError"})
@@ -238,7 +249,7 @@ def test_the_controllers_placeholder_says_it_did_not_answer() -> None:
     from runtime.actors import STATUS_DEADLINE_S, _view
 
     silent = _view(object(), set())  # its reference is not among those that answered
-    assert silent["answering"] is False and "not answering" in silent["error"]
+    assert silent.answering is False and silent.error and "not answering" in silent.error
     assert STATUS_DEADLINE_S <= 1.0
 
 

@@ -242,7 +242,7 @@ def test_cancel_releases_budget_and_stops_reports(tmp_path: Path) -> None:
     committed = sum(loop.gm.core.committed.values())
     assert committed > 0
     rec = loop.gm.cancel(a["job_id"])
-    assert rec is not None and rec["state"] == "cancelled"
+    assert rec is not None and rec.state == "cancelled"
     assert sum(loop.gm.core.committed.values()) == pytest.approx(0.0, abs=1e-9)
     loop.reports.clear()
     for k in range(3, 5):
