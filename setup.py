@@ -20,9 +20,8 @@ import os
 import runpy
 import sys
 from pathlib import Path
-from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 HERE = Path(__file__).resolve().parent
 _native = runpy.run_path(str(HERE / "workloads" / "native.py"))
@@ -33,7 +32,7 @@ _BUILDING = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "
 _EDITABLE = {"editable_wheel", "develop"}
 
 
-def _extensions() -> list[Any]:
+def _extensions() -> list[Extension]:
     if not _BUILDING.intersection(sys.argv[1:]):
         return []
     from mypyc.build import mypycify  # a build requirement when compiling (setup_requires)

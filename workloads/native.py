@@ -117,7 +117,7 @@ def _reduce_frozen(obj: Any) -> tuple[type, tuple[Any, ...]]:
     return type(obj), tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
 
 
-def picklable_frozen_records(namespace: Mapping[str, Any]) -> None:
+def picklable_frozen_records(namespace: Mapping[str, object]) -> None:
     """Let pickle and ``copy`` rebuild the frozen dataclasses defined in ``namespace`` (a
     module's ``globals()``) through their constructor.
 
