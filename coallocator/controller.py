@@ -1,10 +1,11 @@
 """The SQ co-allocation controller as a pure solver (``docs/model.md`` §3, "Controller").
 
-:func:`control` maps a frozen :class:`ControlRequest` (the virtual clocks and weights of
-every running strict job, and each node's overbooking slack) to a :class:`ControlReply`
-(per job: the window that fired, the factors and the new weights). The driver — the
-simulator or the live controller actor — builds the request from live state and applies
-the reply; nothing here does I/O or reads a clock.
+:func:`control` maps a :class:`ControlRequest` (the virtual clocks and weights of every
+running strict job, read through :class:`SubtaskView`, and each node's overbooking slack),
+which it only reads, to a :class:`ControlReply` (per job: the window that fired, the
+factors and the new weights). The driver — the simulator or the live controller actor —
+builds the request over its live state and applies the reply; nothing here does I/O or
+reads a clock.
 
 Units: times and windows in seconds; weights, factors and slack in Mcycles/s; the gain
 ``k`` in 1/s (default 1/100, eq. 7).
