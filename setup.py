@@ -1,83 +1,56 @@
-"""Build script beside ``pyproject.toml`` (which holds the metadata): it compiles the
-scheduling core's hot modules with mypyc when it can (``docs/decisions.md``, "Issue 17,
-sixth pass").
+"""Build script beside ``pyproject.toml`` (which holds the metadata). Compiling is opt-in:
+an install is pure Python and needs no C compiler; with ``COALLOC_COMPILE=1`` in the
+environment (``COALLOC_COMPILE=1 pip install -e .``) the scheduling core's hot modules,
+listed in ``workloads/native.py``, are compiled with mypyc.
 
-The modules are listed in ``workloads/native.py``. They are compiled when mypy (a build
-requirement) and a C compiler are at hand, and ``COALLOC_PURE_PYTHON`` is not set; if
-compiling fails, the package installs as pure Python, with a warning, and behaves the
-same, only slower.
+Asked to compile, the build compiles or fails with the reason (mypyc refuses a module, no
+C compiler), as mypy's own build does under ``MYPY_USE_MYPYC=1``: whoever asks for the
+compiled modules learns that they did not get them. mypy (mypyc) and numpy (whose type
+hints mypyc reads where the modules use it) are build requirements only then: the PEP 517
+backend asks ``setup_requires`` for them before it builds.
+
+An editable install built without the variable removes the compiled files an earlier
+compiled one left beside the sources, so ``pip install -e .`` is the way back to pure
+Python.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import runpy
 import sys
-import warnings
 from pathlib import Path
-from typing import Any
 
-from setuptools import setup
-from setuptools.command.build_ext import build_ext
+from setuptools import Extension, setup
 
 HERE = Path(__file__).resolve().parent
 _native = runpy.run_path(str(HERE / "workloads" / "native.py"))
 
 #: setup.py commands that build code (metadata-only commands never run mypyc).
 _BUILDING = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop"}
+#: The commands that build an editable install (beside the sources).
+_EDITABLE = {"editable_wheel", "develop"}
 
 
-def _fallback(reason: object) -> None:
-    warnings.warn(f"coalloc: installing the pure-Python modules only ({reason}); "
-                  "the simulator runs about 1.5x slower", stacklevel=2)
-
-
-def _extensions() -> list[Any]:
-    if _native["pure_python_asked"]() or not _BUILDING.intersection(sys.argv[1:]):
+def _extensions() -> list[Extension]:
+    if not _BUILDING.intersection(sys.argv[1:]):
         return []
-    try:
-        from mypyc.build import mypycify
-    except ImportError as exc:
-        _fallback(f"mypyc is not importable: {exc}")
-        return []
+    from mypyc.build import mypycify  # a build requirement when compiling (setup_requires)
+
     sources = [name.replace(".", "/") + ".py" for name in _native["NATIVE_MODULES"]]
     cwd = os.getcwd()
     os.chdir(HERE)  # mypyc reads the [tool.mypy] configuration of this project
     try:
         return list(mypycify(sources, opt_level="3"))
-    except (Exception, SystemExit) as exc:  # a type error mypyc refuses, mostly
-        _fallback(f"mypyc could not compile them: {exc!r}")
-        return []
     finally:
         os.chdir(cwd)
 
 
-class OptionalBuildExt(build_ext):
-    """Build the compiled modules, or none of them: the per-module shims need the shared
-    library built with them, so a failure removes what was built and falls back."""
-
-    def run(self) -> None:
-        # Only an in-place build (an editable install) puts compiled files beside the
-        # sources, so only it rewrites the record of what they were built from.
-        record = HERE / "workloads" / _native["BUILD_RECORD"]
-        if self.inplace:
-            record.unlink(missing_ok=True)
-        try:
-            super().run()
-        except Exception as exc:  # no C compiler, missing headers, ...
-            for path in self.get_outputs():
-                Path(path).unlink(missing_ok=True)
-            if self.inplace:  # and an earlier build's, which no record vouches for now
-                for ext in self.extensions:
-                    (HERE / self.get_ext_filename(ext.name)).unlink(missing_ok=True)
-            _fallback(f"the C build failed: {exc}")
-            return
-        if self.extensions and self.inplace:
-            # The compiled twins sit beside the sources: record what they were built from,
-            # so that an edited source is not shadowed by a stale twin.
-            digests = _native["source_digests"](str(HERE))
-            record.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
-
-
-setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
+compiling = _native["compile_asked"]()
+if not compiling and _EDITABLE.intersection(sys.argv[1:]):
+    for path in _native["compiled_files"](HERE):
+        path.unlink()
+setup(
+    ext_modules=_extensions() if compiling else [],
+    setup_requires=["mypy>=1.8", "numpy>=1.24"] if compiling else [],
+)

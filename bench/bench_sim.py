@@ -20,10 +20,11 @@
    same run, with whether their results are the same (the whole run's reference is too
    slow to wait for).
 
-Parts 1 and 2 also run the default mode with the scheduling core in pure Python
-(``COALLOC_PURE_PYTHON=1``; ``workloads/native.py``) for the compiled modules' ratio, unless
-``--no-pure``; each mode runs in its own process. Printed first: whether this installation
-runs the listed modules compiled.
+Where this installation runs the scheduling core compiled (``COALLOC_COMPILE=1``;
+``workloads/native.py``), parts 1 and 2 also run the default mode in pure Python, from a
+copy of the sources (:func:`workloads.native.source_tree`), for the compiled modules'
+ratio, unless ``--no-pure``; each mode runs in its own process. Printed first: whether this
+installation runs the listed modules compiled (if not, the default mode is pure Python).
 
 ``--small``: nodes 3, 6 x lambda 10, 500 s with 200 jobs per cell (and 2,000 jobs for
 ``--large``). A benchmark, not a test: it asserts nothing; a missed target is printed as
@@ -48,7 +49,9 @@ from typing import Any
 from coalloc.experiments import paper, placement
 from workloads import native
 
-TARGET_SECONDS = 60.0  # issue 17, section 2: each of these in a minute on two cores
+#: Each matrix should take at most a minute on two cores, so that a change to the
+#: scheduling core can be checked against the whole matrix while one waits.
+TARGET_SECONDS = 60.0
 
 
 def _verdict(wall: float) -> str:
@@ -65,7 +68,7 @@ def run_paper(nodes: tuple[int, ...], lams: tuple[float, ...], jobs: int | None,
     cells = paper.make_cells(nodes, lams, paper.DEFAULT_POLICIES, seed, jobs,
                              log_dir=log_dir, step_every_cycle=step_every_cycle)
     label = ("reference" if step_every_cycle else
-             "pure" if native.pure_python_asked() else "default")
+             "compiled" if any(native.compiled_modules().values()) else "pure")
     done = 0
 
     def tick(row: paper.Row) -> None:
@@ -104,7 +107,7 @@ def bench_paper(args: argparse.Namespace) -> None:
           f"{jobs if jobs is not None else 'uniform 1500..3000'}, {args.workers} worker(s), "
           f"seed {args.seed}")
     modes = [("default", False, False), ("reference", True, False)]
-    if not args.no_pure:
+    if _pure_wanted(args):
         modes.append(("pure", False, True))
     with tempfile.TemporaryDirectory(prefix="bench_sim-") as tmp:
         walls = {}
@@ -136,8 +139,8 @@ def bench_paper(args: argparse.Namespace) -> None:
 def _paper_in_process(nodes: tuple[int, ...], lams: tuple[float, ...], jobs: int | None,
                       args: argparse.Namespace, ref: bool, pure: bool,
                       out: Path) -> tuple[float, float]:
-    """:func:`run_paper` in a process of its own (``pure``: with the switch to the pure
-    Python modules set); (wall, sum of the runs' walls), s."""
+    """:func:`run_paper` in a process of its own (``pure``: from a pure Python copy of the
+    sources); (wall, sum of the runs' walls), s."""
     part = {"nodes": list(nodes), "lams": list(lams), "jobs": jobs, "workers": args.workers,
             "seed": args.seed, "step_every_cycle": ref, "out": str(out)}
     wall, serial = _in_process("paper", part, pure)
@@ -145,12 +148,17 @@ def _paper_in_process(nodes: tuple[int, ...], lams: tuple[float, ...], jobs: int
 
 
 def _in_process(part: str, spec: dict[str, Any], pure: bool) -> list[float]:
-    env = {k: v for k, v in os.environ.items() if k != native.PURE_PYTHON_ENV}
-    if pure:
-        env[native.PURE_PYTHON_ENV] = "1"
-    done = subprocess.run([sys.executable, __file__, "--run-part", part, json.dumps(spec)],
-                          env=env, stdout=subprocess.PIPE, text=True, check=True)
+    with tempfile.TemporaryDirectory(prefix="bench_sim-sources-") as tmp:
+        env = (native.pure_python_env(native.source_tree(Path(tmp))) if pure
+               else dict(os.environ))
+        done = subprocess.run([sys.executable, __file__, "--run-part", part, json.dumps(spec)],
+                              env=env, stdout=subprocess.PIPE, text=True, check=True)
     return [float(x) for x in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
+def _pure_wanted(args: argparse.Namespace) -> bool:
+    """Whether to run the pure Python mode too: asked, and not what the default is."""
+    return not args.no_pure and any(native.compiled_modules().values())
 
 
 def _run_part(part: str, spec: dict[str, Any]) -> list[float]:
@@ -181,7 +189,7 @@ def bench_placement(args: argparse.Namespace) -> None:
           f"{','.join(placement.DEFAULT_POLICIES)}, {jobs} jobs each, {args.workers} "
           f"worker(s)): {wall:.1f} s, "
           f"target {TARGET_SECONDS:.0f} s: {_verdict(wall)}", flush=True)
-    if not args.no_pure:
+    if _pure_wanted(args):
         pure = _in_process("placement", spec, True)[0]
         print(f"   pure Python: {pure:.1f} s, pure / default {pure / wall:.2f}x")
 
@@ -241,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="part 3's ratio against the reference on its first N jobs "
                              "(both modes; 0: none)")
     parser.add_argument("--no-pure", action="store_true",
-                        help="leave out the pure-Python runs of parts 1 and 2")
+                        help="leave out the pure-Python runs of parts 1 and 2 (left out "
+                             "anyway where nothing is compiled)")
     parser.add_argument("--run-part", nargs=2, metavar=("PART", "JSON"),
                         help=argparse.SUPPRESS)  # one part in this process, for _in_process
     args = parser.parse_args(argv)

@@ -1,6 +1,2 @@
 """Clocks: the clock interface the core reads time from, per-subtask virtual clocks
 (eqs. 3-5 of the SQ paper) and the NTP-disciplined real clock of the live runtime."""
-
-from workloads.native import install_pure_python_switch
-
-install_pure_python_switch()  # before any compiled module of this package is imported

@@ -1,10 +1,11 @@
 """The SQ co-allocation controller as a pure solver (``docs/model.md`` §3, "Controller").
 
-:func:`control` maps a frozen :class:`ControlRequest` (the virtual clocks and weights of
-every running strict job, and each node's overbooking slack) to a :class:`ControlReply`
-(per job: the window that fired, the factors and the new weights). The driver — the
-simulator or the live controller actor — builds the request from live state and applies
-the reply; nothing here does I/O or reads a clock.
+:func:`control` maps a :class:`ControlRequest` (the virtual clocks and weights of every
+running strict job, read through :class:`SubtaskView`, and each node's overbooking slack),
+which it only reads, to a :class:`ControlReply` (per job: the window that fired, the
+factors and the new weights). The driver — the simulator or the live controller actor —
+builds the request over its live state and applies the reply; nothing here does I/O or
+reads a clock.
 
 Units: times and windows in seconds; weights, factors and slack in Mcycles/s; the gain
 ``k`` in 1/s (default 1/100, eq. 7).
@@ -52,7 +53,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final
+from typing import Protocol
 
 from workloads.native import picklable_frozen_records
 
@@ -151,79 +152,74 @@ class ControllerConfig:
             raise ValueError(f"weight_floor: must be within 0..1, got {self.weight_floor!r}")
 
 
-@dataclass(slots=True, init=False, unsafe_hash=True)
-class SubtaskState:
-    """One running subtask as the controller sees it.
+class SubtaskView(Protocol):
+    """What the controller reads of one running subtask, read-only.
 
     ``admitted_weight`` is ``r_i`` (its expected rate ``x_i``, Mcycles/s); ``weight`` and
     ``virtual_weight`` the current scheduling weights (Mcycles/s); ``virtual_time`` ``T_V``
-    (s).
+    (s); ``clock_rate`` ``dT_V/dT_R`` over the last period (x-bar / x; pace control only);
+    ``rate_cap`` the rate cap in force (Mcycles/s; 0 = none; pace control only);
+    ``capability`` what the node could have given it per unit of expected rate over the
+    last period without its cap (``available_work / expected_work``; ``None``: not
+    reported).
 
-    A value like the frozen records, written as a *final record* (``docs/decisions.md``,
-    "Issue 17, seventh pass"): ``Final`` fields, set once by a hand-written constructor.
-    The driver builds one per running subtask per control period, and a frozen
-    dataclass's generated constructor stays interpreted when compiled (6x slower).
-    mypy refuses any later assignment; compiled, so does the runtime.
+    The driver passes its own per-subtask tracks (``coallocator.core``), as placement's
+    fit reads its nodes (``global_manager.fit.RankedNode``): a control period runs for
+    every running subtask, so nothing is copied for it. :class:`SubtaskState` is the
+    same as a value, for a clock the driver predicts or carries.
     """
 
-    index: Final[int]
-    node: Final[str]
-    virtual_time: Final[float]
-    admitted_weight: Final[float]
-    weight: Final[float]
-    virtual_weight: Final[float]
-    #: dT_V/dT_R over the last period (x-bar / x); pace control only.
-    clock_rate: Final[float]
-    #: The rate cap in force (Mcycles/s; 0 = none); pace control only.
-    rate_cap: Final[float]
-    #: What the node could have given it per unit of expected rate over the last period
-    #: without its cap (``available_work / expected_work``); ``None``: not reported.
-    capability: Final[float | None]
+    @property
+    def index(self) -> int: ...
 
-    def __init__(
-        self,
-        index: int,
-        node: str,
-        virtual_time: float,
-        admitted_weight: float,
-        weight: float,
-        virtual_weight: float,
-        clock_rate: float = 1.0,
-        rate_cap: float = 0.0,
-        capability: float | None = None,
-    ) -> None:
-        self.index = index
-        self.node = node
-        self.virtual_time = virtual_time
-        self.admitted_weight = admitted_weight
-        self.weight = weight
-        self.virtual_weight = virtual_weight
-        self.clock_rate = clock_rate
-        self.rate_cap = rate_cap
-        self.capability = capability
+    @property
+    def node(self) -> str: ...
+
+    @property
+    def virtual_time(self) -> float: ...
+
+    @property
+    def admitted_weight(self) -> float: ...
+
+    @property
+    def weight(self) -> float: ...
+
+    @property
+    def virtual_weight(self) -> float: ...
+
+    @property
+    def clock_rate(self) -> float: ...
+
+    @property
+    def rate_cap(self) -> float: ...
+
+    @property
+    def capability(self) -> float | None: ...
 
 
-@dataclass(slots=True, init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
+class SubtaskState:
+    """A :class:`SubtaskView` as a value (units there)."""
+
+    index: int
+    node: str
+    virtual_time: float
+    admitted_weight: float
+    weight: float
+    virtual_weight: float
+    clock_rate: float = 1.0
+    rate_cap: float = 0.0
+    capability: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobState:
-    """A strict job: its windows ``E_t`` and ``A_t`` (s) and its running subtasks. A
-    final record (see :class:`SubtaskState`): one per controlled job per period."""
+    """A strict job: its windows ``E_t`` and ``A_t`` (s) and its running subtasks."""
 
-    job_id: Final[str]
-    overall_deviation: Final[float]
-    asynchrony: Final[float]
-    subtasks: Final[tuple[SubtaskState, ...]]
-
-    def __init__(
-        self,
-        job_id: str,
-        overall_deviation: float,
-        asynchrony: float,
-        subtasks: tuple[SubtaskState, ...],
-    ) -> None:
-        self.job_id = job_id
-        self.overall_deviation = overall_deviation
-        self.asynchrony = asynchrony
-        self.subtasks = subtasks
+    job_id: str
+    overall_deviation: float
+    asynchrony: float
+    subtasks: tuple[SubtaskView, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,64 +234,30 @@ class ControlRequest:
     period: float = 0.0
 
 
-@dataclass(slots=True, init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class WeightChange:
     """New weights for one subtask; ``factor`` is the signed factor applied (Mcycles/s,
-    negative = slowed down) and ``from_slack`` the weight taken from the node's slack. A
-    final record (see :class:`SubtaskState`)."""
+    negative = slowed down) and ``from_slack`` the weight taken from the node's slack."""
 
-    index: Final[int]
-    node: Final[str]
-    factor: Final[float]
-    weight: Final[float]
-    virtual_weight: Final[float]
-    from_slack: Final[float]
+    index: int
+    node: str
+    factor: float
+    weight: float
+    virtual_weight: float
+    from_slack: float = 0.0
     #: Pace control: the new rate cap (Mcycles/s; 0 = none).
-    rate_cap: Final[float]
-
-    def __init__(
-        self,
-        index: int,
-        node: str,
-        factor: float,
-        weight: float,
-        virtual_weight: float,
-        from_slack: float = 0.0,
-        rate_cap: float = 0.0,
-    ) -> None:
-        self.index = index
-        self.node = node
-        self.factor = factor
-        self.weight = weight
-        self.virtual_weight = virtual_weight
-        self.from_slack = from_slack
-        self.rate_cap = rate_cap
+    rate_cap: float = 0.0
 
 
-@dataclass(slots=True, init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class JobDecision:
-    """The controller's finding and action for one job in one period. A final record (see
-    :class:`SubtaskState`)."""
+    """The controller's finding and action for one job in one period."""
 
-    job_id: Final[str]
-    mean_virtual: Final[float]
-    phase_difference: Final[float]
-    window: Final[Window]
-    changes: Final[tuple[WeightChange, ...]]
-
-    def __init__(
-        self,
-        job_id: str,
-        mean_virtual: float,
-        phase_difference: float,
-        window: Window,
-        changes: tuple[WeightChange, ...],
-    ) -> None:
-        self.job_id = job_id
-        self.mean_virtual = mean_virtual
-        self.phase_difference = phase_difference
-        self.window = window
-        self.changes = changes
+    job_id: str
+    mean_virtual: float
+    phase_difference: float
+    window: Window
+    changes: tuple[WeightChange, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,7 +316,7 @@ def window_of(
     return Window.NONE
 
 
-def _clocks(subs: tuple[SubtaskState, ...]) -> tuple[list[float], float, float]:
+def _clocks(subs: tuple[SubtaskView, ...]) -> tuple[list[float], float, float]:
     """A job's virtual times, their mean and its phase difference (s)."""
     tvs = [s.virtual_time for s in subs]
     return tvs, sum(tvs) / len(tvs), phase_difference(tvs)
@@ -411,7 +373,7 @@ def _control_job(
 
 
 def _apply(
-    s: SubtaskState, factor: float, cfg: ControllerConfig, slack: dict[str, float]
+    s: SubtaskView, factor: float, cfg: ControllerConfig, slack: dict[str, float]
 ) -> WeightChange:
     weight, virtual = s.weight, s.virtual_weight
     from_slack = 0.0
@@ -484,7 +446,7 @@ def guaranteed_pace(members: Iterable[tuple[float, float, float, float]]) -> flo
     return max(1.0, pace) if math.isfinite(pace) else 1.0
 
 
-def pace_targets(subs: tuple[SubtaskState, ...], period: float) -> tuple[float, list[float]]:
+def pace_targets(subs: tuple[SubtaskView, ...], period: float) -> tuple[float, list[float]]:
     """Pace control's prediction for one job: ``T_next`` (s), the furthest virtual time
     every running subtask can reach by the next period, and each subtask's capability
     ``c_i``: what its node reported it could have had (``capability``), else its clock

@@ -55,6 +55,9 @@ RecordSink = Callable[[PeriodRecord | SummaryRecord], None]
 
 @dataclass(slots=True)
 class _SubtaskTrack:
+    """One subtask's live state; the controller reads it as its
+    :class:`~coallocator.controller.SubtaskView` (units there)."""
+
     index: int
     node: str
     admitted_weight: float
@@ -87,8 +90,9 @@ class _SubtaskTrack:
         return self.virtual_time + rate * gap, gap
 
     def state(self, ahead: float = 0.0, virtual_time: float | None = None) -> SubtaskState:
-        """The controller's view of this subtask, its clock moved ``ahead`` s at its last
-        rate (0: as last reported); ``virtual_time``: as if that had been reported."""
+        """This subtask as a value, its clock moved ``ahead`` s at its last rate (0: as
+        last reported); ``virtual_time``: as if that had been reported. For predicted or
+        carried clocks only: a control period reads the track itself."""
         tv = self.virtual_time if virtual_time is None else virtual_time
         return SubtaskState(
             self.index,
@@ -319,13 +323,14 @@ class ControllerCore:
             if self.enabled and job.qos is QosClass.STRICT:
                 controlled.append(job)
                 estimates.append(estimated or None)
+                # The controller reads the tracks themselves (read-only); a record only
+                # for a clock carried over a late report.
+                views = tuple(running) if not estimated else tuple(
+                    s.state(virtual_time=tv) if gap else s
+                    for s, (tv, gap) in zip(running, clocks)
+                )
                 states.append(
-                    JobState(
-                        job.job_id,
-                        job.overall_deviation,
-                        job.asynchrony,
-                        tuple(s.state(virtual_time=tv) for s, (tv, _) in zip(running, clocks)),
-                    )
+                    JobState(job.job_id, job.overall_deviation, job.asynchrony, views)
                 )
             else:
                 self._observe(job, [tv for tv, _ in clocks], now, k, clock_offset,
@@ -487,28 +492,6 @@ class ControllerCore:
             ControlRequest(t_r, states, slack, self.period_length or 0.0), self.config
         )
         return not any(d.changes for d in reply.decisions)
-
-    def fast_forward_periods(
-        self,
-        now: float,
-        period: float,
-        count: int,
-        clock_offset: float | None = None,
-        clock_quality: str | None = None,
-    ) -> None:
-        """Book ``count`` quiet control periods after ``now`` (s) without control actions:
-        phase differences observed and logged from the virtual clocks' last rates. Call it
-        before ingesting the reports that close the stretch."""
-        for p in range(1, count + 1):
-            self.period += 1
-            k = self.period
-            dt = p * period
-            for job in self.jobs.values():
-                running = [s for s in job.subtasks if not s.done]
-                if len(running) < 2:
-                    continue
-                self._observe(job, [s.virtual_time + s.clock_rate * dt for s in running],
-                              now + dt, k, clock_offset, clock_quality)
 
     def stretch_quiet_periods(
         self,

@@ -22,66 +22,33 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any
 
 from coallocator.controller import JobDecision
 from workloads.native import picklable_frozen_records
 
 
-@dataclass(slots=True, init=False, unsafe_hash=True)
+@dataclass(frozen=True, slots=True)
 class PeriodRecord:
-    """One job's control period, as logged. A final record (``Final`` fields set once by
-    the constructor; :class:`~coallocator.controller.SubtaskState` says why): built for
-    every logged period."""
+    """One job's control period, as logged (the module docstring gives the units)."""
 
-    job: Final[str]
-    period: Final[int]
-    real_time: Final[float]
-    mean_virtual: Final[float]
-    phase_difference: Final[float]
-    window: Final[str]
-    factors: Final[dict[str, float]]
-    weights: Final[dict[str, float]]
-    virtual_weights: Final[dict[str, float]]
-    clock_offset: Final[float | None]
-    clock_quality: Final[str | None]
+    job: str
+    period: int
+    real_time: float
+    mean_virtual: float
+    phase_difference: float
+    window: str
+    factors: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+    virtual_weights: dict[str, float] = field(default_factory=dict)
+    clock_offset: float | None = None
+    clock_quality: str | None = None
     #: Live runtime: the seconds each subtask's clock was carried over a late report to
     #: this period's ``real_time``, by subtask index (None: every clock as reported).
-    estimated: Final[dict[str, float] | None]
-    type: Final[str]
-
-    def __init__(
-        self,
-        job: str,
-        period: int,
-        real_time: float,
-        mean_virtual: float,
-        phase_difference: float,
-        window: str,
-        factors: dict[str, float] | None = None,
-        weights: dict[str, float] | None = None,
-        virtual_weights: dict[str, float] | None = None,
-        clock_offset: float | None = None,
-        clock_quality: str | None = None,
-        estimated: dict[str, float] | None = None,
-        type: str = "period",
-    ) -> None:
-        self.job = job
-        self.period = period
-        self.real_time = real_time
-        self.mean_virtual = mean_virtual
-        self.phase_difference = phase_difference
-        self.window = window
-        # None: none (a fresh dict each, as the frozen record's default factories gave).
-        self.factors = {} if factors is None else factors
-        self.weights = {} if weights is None else weights
-        self.virtual_weights = {} if virtual_weights is None else virtual_weights
-        self.clock_offset = clock_offset
-        self.clock_quality = clock_quality
-        self.estimated = estimated
-        self.type = type
+    estimated: dict[str, float] | None = None
+    type: str = "period"
 
 
 @dataclass(frozen=True, slots=True)

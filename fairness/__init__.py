@@ -5,12 +5,6 @@ Weighted max-min (FMMF), proportional fairness, utility max-min, DRF and weighte
 ``DrfAllocator``, asset fairness, CEEI and the dynamic DMFA-SRQ allocator.
 """
 
-from workloads.native import install_pure_python_switch
-
-install_pure_python_switch()  # before any compiled module of this package is imported
-
-# ruff: noqa: E402 (the switch must run before the submodules below are imported)
-
 # Note: the function ``drf`` shadows the submodule attribute ``fairness.drf``; import from
 # the submodule with ``from fairness.drf import ...`` (``import fairness.drf as m`` would
 # give the function).

@@ -1,23 +1,23 @@
-"""The scheduling core's compiled modules: which they are, whether they are in use, and the
-switch back to pure Python (``docs/decisions.md``, "Issue 17, sixth pass").
+"""The scheduling core's modules that mypyc can compile, and whether they run compiled.
 
-The modules in :data:`NATIVE_MODULES` are the simulator's hot path (the node cycle, the
-controller's period, the placement cycle and their records). ``setup.py`` compiles them with
-mypyc when it can (a C compiler and mypy at build time): the same source, the same IEEE
-double arithmetic in the same order, so every result and log is byte for byte the pure
-Python one (``tests/unit/workloads/test_workloads_native.py`` compares them). Where the
-build cannot compile, the package installs as pure Python and works the same, slower.
+Compiling is opt-in, as mypy and black have it: an install is pure Python unless
+``COALLOC_COMPILE=1`` is set when it builds (``COALLOC_COMPILE=1 pip install -e .``), and
+then ``setup.py`` compiles the modules of :data:`NATIVE_MODULES` (the simulator's hot path:
+the node cycle, the controller's period, the placement cycle and their records) with mypyc,
+which needs a C compiler. The compiled modules are the same source computing the same IEEE
+double operations in the same order, so every result and log is byte for byte the pure
+Python one (``tests/unit/workloads/test_workloads_native.py`` compares them; CI builds once
+to run it).
 
-``COALLOC_PURE_PYTHON=1`` in the environment makes this process import the ``.py`` source of
-every listed module even where its compiled twin is installed: for debuggers, Python-level
-profilers and to compare the two. It must be set before the first of them is imported
-(each package that holds one installs the switch when it is imported).
+An editable install compiles in place: the compiled twins sit beside the sources and
+Python imports them first. So after editing a listed module, rebuild the same way, or run
+``pip install -e .`` without the variable, which removes the twins (pure Python again).
+Nothing checks at import time whether a twin is older than its source: whoever compiled
+rebuilds, as with mypy's own compiled development builds.
 
-In an editable install (``pip install -e .``) the compiled twins sit beside the sources, and
-an edited source would otherwise be shadowed by its stale twin. ``setup.py`` records each
-source's SHA-256 when it compiles in place (:data:`BUILD_RECORD`); when any source differs
-from the record, every listed module is imported from source (they are compiled together
-and must not be mixed) and a warning says to rebuild.
+The pure side of a comparison (the test above, ``bench/bench_sim.py``) is not a switch
+inside the process: :func:`source_tree` copies the packages that hold a listed module,
+sources only, and a process started with :func:`pure_python_env` imports them from there.
 
 This module imports nothing but the standard library: ``setup.py`` reads the list from it
 before the package is installed.
@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import copyreg
 import dataclasses
-import hashlib
+import importlib
 import importlib.machinery
-import importlib.util
-import json
 import os
-import sys
-import warnings
-from collections.abc import Mapping, Sequence
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -58,90 +56,17 @@ NATIVE_MODULES: tuple[str, ...] = (
     "global_manager.simulator",
 )
 
-#: Set to anything but "" or "0" to import the listed modules from their ``.py`` source.
-PURE_PYTHON_ENV = "COALLOC_PURE_PYTHON"
-
-#: The file, beside this module, in which an in-place build records its sources' hashes.
-BUILD_RECORD = "native_build.json"
+#: Set to anything but "" or "0" when building to compile :data:`NATIVE_MODULES`.
+COMPILE_ENV = "COALLOC_COMPILE"
 
 #: The folder that holds the project's top-level packages (this module's package's parent).
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def source_path(name: str, root: str = _ROOT) -> str:
-    """The ``.py`` file of the listed module ``name`` under ``root``."""
-    return os.path.join(root, *name.split(".")) + ".py"
-
-
-def source_digests(root: str = _ROOT) -> dict[str, str]:
-    """SHA-256 (hex) of every listed module's source under ``root``."""
-    digests = {}
-    for name in NATIVE_MODULES:
-        with open(source_path(name, root), "rb") as f:
-            digests[name] = hashlib.sha256(f.read()).hexdigest()
-    return digests
-
-
-def stale_modules(root: str = _ROOT) -> list[str]:
-    """The listed modules whose source changed since the in-place build recorded it (none
-    when there is no record: a wheel install, a pure-Python one, a fresh checkout)."""
-    try:
-        with open(os.path.join(root, "workloads", BUILD_RECORD), encoding="utf-8") as f:
-            recorded = json.load(f)
-    except (OSError, ValueError):
-        return []
-    if not isinstance(recorded, dict):
-        return []
-    now = source_digests(root)
-    return [name for name in NATIVE_MODULES if recorded.get(name) != now[name]]
-
-
-def pure_python_asked(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``environ`` (default: this process's) asks for the pure-Python modules."""
-    value = (os.environ if environ is None else environ).get(PURE_PYTHON_ENV, "")
+def compile_asked(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``environ`` (default: this process's) asks the build to compile."""
+    value = (os.environ if environ is None else environ).get(COMPILE_ENV, "")
     return value.strip() not in ("", "0")
-
-
-class _SourceFirst:
-    """A meta-path finder that loads the listed modules from their ``.py`` file, so that an
-    installed compiled twin (found first by the default path finder) is passed over."""
-
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = frozenset(names)
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in self.names or not path:
-            return None
-        leaf = fullname.rpartition(".")[2]
-        for folder in path:
-            source = os.path.join(folder, leaf + ".py")
-            if os.path.isfile(source):
-                return importlib.util.spec_from_file_location(fullname, source)
-        return None
-
-
-_switch_decided = False
-
-
-def install_pure_python_switch() -> None:
-    """When :func:`pure_python_asked` or a listed source is stale (:func:`stale_modules`),
-    put the source-first finder at the front of ``sys.meta_path``. Decided once per
-    process, by the ``__init__`` of the first package imported that holds a listed module,
-    so before any of them is imported."""
-    global _switch_decided
-    if _switch_decided:
-        return
-    _switch_decided = True
-    if not pure_python_asked():
-        stale = stale_modules()
-        if not stale:
-            return
-        warnings.warn(
-            f"coalloc: {', '.join(stale)} changed since the compiled modules were built; "
-            "importing all of them from source (slower) until `pip install -e .` rebuilds them",
-            RuntimeWarning, stacklevel=2)
-    sys.meta_path.insert(0, _SourceFirst(NATIVE_MODULES))
 
 
 def is_compiled(module: ModuleType) -> bool:
@@ -152,9 +77,40 @@ def is_compiled(module: ModuleType) -> bool:
 
 def compiled_modules() -> dict[str, bool]:
     """Every listed module (imported if need be) and whether it runs compiled here."""
-    import importlib
-
     return {name: is_compiled(importlib.import_module(name)) for name in NATIVE_MODULES}
+
+
+def compiled_files(root: Path = ROOT) -> list[Path]:
+    """The compiled files an in-place build left under ``root``: each listed module's
+    extension and mypyc's shared library beside the packages."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    found = [p for p in root.glob("*__mypyc*") if p.name.endswith(suffixes)]
+    for name in NATIVE_MODULES:
+        package, _, leaf = name.rpartition(".")
+        folder = root.joinpath(*package.split("."))
+        found += [p for p in folder.glob(leaf + ".*") if p.name.endswith(suffixes)]
+    return sorted(found)
+
+
+def source_tree(dest: Path, root: Path = ROOT) -> Path:
+    """Copy, under ``dest``, every top-level package under ``root`` that holds a listed
+    module, Python sources only (no compiled twin); return ``dest``."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    for package in sorted({name.partition(".")[0] for name in NATIVE_MODULES}):
+        shutil.copytree(root / package, dest / package,
+                        ignore=lambda _, names: [n for n in names if n.endswith(suffixes)
+                                                 or n == "__pycache__"])
+    return dest
+
+
+def pure_python_env(tree: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default: this process's) with ``tree`` (:func:`source_tree`) first on
+    ``PYTHONPATH``: a process started with it, and its workers, run every listed module
+    as pure Python."""
+    env = dict(os.environ if environ is None else environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(tree)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
 
 
 def _reduce_frozen(obj: Any) -> tuple[type, tuple[Any, ...]]:
@@ -162,38 +118,19 @@ def _reduce_frozen(obj: Any) -> tuple[type, tuple[Any, ...]]:
     return type(obj), tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
 
 
-def is_final_record(kind: type) -> bool:
-    """Whether ``kind`` is a *final record*: a dataclass declared
-    ``@dataclass(slots=True, init=False, unsafe_hash=True)`` whose fields are all
-    ``Final`` and set once by its own ``__init__``, which takes every field in declaration
-    order (``docs/decisions.md``, "Issue 17, seventh pass"). The hot records are written
-    so: compiled, their constructor is native and their fields read-only; a frozen
-    dataclass's generated constructor stays interpreted. (Compiled, the annotations no
-    longer say ``Final``: the declaration is what is read.)"""
-    if not dataclasses.is_dataclass(kind):
-        return False
-    params = kind.__dataclass_params__  # type: ignore[attr-defined]
-    return (not params.init and not params.frozen and params.eq and params.unsafe_hash
-            and all(f.init for f in dataclasses.fields(kind)))
-
-
-def picklable_frozen_records(namespace: Mapping[str, Any]) -> None:
-    """Let pickle and ``copy`` rebuild the frozen dataclasses and final records
-    (:func:`is_final_record`) defined in ``namespace`` (a module's ``globals()``) through
-    their constructor.
+def picklable_frozen_records(namespace: Mapping[str, object]) -> None:
+    """Let pickle and ``copy`` rebuild the frozen dataclasses defined in ``namespace`` (a
+    module's ``globals()``) through their constructor.
 
     A compiled frozen dataclass cannot be unpickled the default way (its state is set
-    attribute by attribute, which ``frozen`` refuses; a compiled final record's fields are
-    read-only too); Ray, the worker pools and ``copy.deepcopy`` all pickle such records.
-    Every field of these records is an ``__init__`` argument in declaration order, so the
-    constructor rebuilds them; the pure Python classes are rebuilt the same way, so both
-    behave alike."""
+    attribute by attribute, which ``frozen`` refuses); Ray, the worker pools and
+    ``copy.deepcopy`` all pickle such records. Every field of these records is an
+    ``__init__`` argument in declaration order, so the constructor rebuilds them; the pure
+    Python classes are rebuilt the same way, so both modes behave alike."""
     module = namespace.get("__name__")
     for obj in list(namespace.values()):
-        if not (isinstance(obj, type) and obj.__module__ == module
-                and dataclasses.is_dataclass(obj)):
-            continue
-        frozen = (obj.__dataclass_params__.frozen  # type: ignore[attr-defined]
-                  and all(f.init for f in dataclasses.fields(obj)))
-        if frozen or is_final_record(obj):
+        if (isinstance(obj, type) and obj.__module__ == module
+                and dataclasses.is_dataclass(obj)
+                and obj.__dataclass_params__.frozen  # type: ignore[attr-defined]
+                and all(f.init for f in dataclasses.fields(obj))):
             copyreg.pickle(obj, _reduce_frozen)

@@ -241,17 +241,12 @@ def test_quiet_periods_extrapolates_the_clocks_last_rates() -> None:
     # Subtask 0 runs at full rate (dT_V/dT_R = 1), subtask 1 at half: after p periods of
     # 10 s, Asyn = 5 p s; A_t = 100 s holds up to p = 20 (the window is a strict '>').
     # The overall window (|7.5 p - 10 p| > 500) would only fire after p = 200.
-    c, records = core()
+    c, _ = core()
     register_strict(c)
     c.ingest(_rated("j1", 0, 0.0, 0.0, 100.0))
     c.ingest(_rated("j1", 1, 0.0, 0.0, 50.0))
     assert c.quiet_periods(0.0, 10.0, 1000) == 20
     assert c.quiet_periods(0.0, 10.0, 7) == 7
-    c.fast_forward_periods(0.0, 10.0, 4)
-    assert c.period == 4
-    assert [r.phase_difference for r in records] == pytest.approx([5.0, 10.0, 15.0, 20.0])
-    assert [r.real_time for r in records] == [10.0, 20.0, 30.0, 40.0]
-    assert c.view("j1").phase_difference == pytest.approx(20.0)
     # Already outside the asynchrony window: not a single quiet period.
     c.ingest(_rated("j1", 1, 0.0, 500.0, 100.0))
     assert c.quiet_periods(0.0, 10.0, 1000) == 0
