@@ -512,7 +512,7 @@ class GlobalManagerCore:
         gangs a cycle places all start on its boundary, so a gang placed early in the
         cycle, priced on nodes the later ones then also booked, would start faster
         than its members sharing a node can go, and its gang would drift apart in its
-        first period (docs/decisions.md, "In step from the first period at 64 nodes").
+        first period (docs/decisions.md, "Pace control").
         Bookings only grow within a cycle, so this only lowers a pace; a gang whose
         nodes nobody else booked keeps its caps to the bit."""
         job = self.jobs[adm.job_id]
@@ -763,20 +763,12 @@ class GlobalManagerCore:
         self.jobs.pop(job_id, None)
         self.closed.pop(job_id, None)
 
-    def restore(self, snap: Mapping[str, Any], file_specs: bool = False) -> None:
+    def restore(self, snap: Mapping[str, Any]) -> None:
         """Replace the mutable state with a :meth:`snapshot` of a core over the same
-        nodes and policy (ValueError naming the field if it does not fit).
-        ``file_specs``: the snapshot's specs are job-file mappings
-        (:func:`workloads.spec.job_to_dict`, work in seconds), as snapshots were written
-        before they were records (journal versions 2 and 3)."""
-        from workloads.spec import DEFAULT_USER, parse_job
+        nodes and policy (ValueError naming the field if it does not fit)."""
 
         def spec_of(d: Mapping[str, Any], job_id: str) -> JobSpec:
-            if file_specs:
-                spec = parse_job(d, "journal", allow_local=True, default_user=DEFAULT_USER)
-            else:
-                spec = from_record(JobSpec, d)
-            return _with_job_id(spec, job_id)
+            return _with_job_id(from_record(JobSpec, d), job_id)
 
         unknown = set(snap["committed"]) ^ set(self.nodes)
         if unknown:
