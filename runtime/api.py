@@ -445,6 +445,10 @@ class _TooLarge(Exception):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    #: Connections waiting to be accepted: the members of a large job ask the key-value
+    #: store at once (socketserver's default of 5 drops the others' SYNs, retried by the
+    #: kernel only after 1 s, then 3 s, ...).
+    request_queue_size = 256
     backend: ApiBackend
     kv: KvBackend | None
     token: str

@@ -96,3 +96,22 @@ def test_a_requeued_gang_gets_a_fresh_store_and_attempt(
     assert zero["COALLOC_RUN"] == one["COALLOC_RUN"] != job_id
     # Attempt 1's member 0 was still waiting when its run ended: stopped, it wrote nothing.
     assert not (tmp_path / "member-0-attempt-1.json").exists()
+
+
+def test_the_example_runs_with_coalloc_run(deployment: Any, tmp_path: Path, capsys: Any) -> None:
+    """``coalloc run examples/rendezvous.yaml`` (on the fixture cluster, after ``down``):
+    a Python member and a shell member meet through ``coalloc.job`` and ``coalloc kv``."""
+    from support import run_cli
+
+    from runtime.state import coalloc_home
+
+    code, out, err = run_cli(capsys, "down", "--address", deployment.address)
+    assert code == 0, err
+    example = Path(__file__).parents[2] / "examples" / "rendezvous.yaml"
+    code, out, err = run_cli(capsys, "run", str(example), "--address", deployment.address,
+                             "--no-progress", "--out", str(tmp_path), "--timeout", "120")
+    assert code == 0, (out, err)
+    [job] = json.loads((tmp_path / "summary.json").read_text())["jobs"]
+    assert job["state"] == "completed", job
+    log = coalloc_home() / "logs" / "subtasks" / f"{job['job_id']}-0.log"
+    assert "hello from member 1 of 2 (attempt 1)" in log.read_text()
