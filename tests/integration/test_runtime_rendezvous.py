@@ -98,6 +98,33 @@ def test_a_requeued_gang_gets_a_fresh_store_and_attempt(
     assert not (tmp_path / "member-0-attempt-1.json").exists()
 
 
+def test_a_muscle3_model_runs_to_completion(deployment: Any, capsys: Any) -> None:
+    """examples/muscle3.yaml: MUSCLE3's manager as subtask 0, a macro and a micro
+    component as subtasks 1 and 2, meeting through the rendezvous (paths made absolute:
+    the members run in their local manager's directory)."""
+    pytest.importorskip("libmuscle")
+    import yaml
+
+    import coalloc
+    from runtime.state import coalloc_home
+
+    root = Path(__file__).parents[2]
+    spec = yaml.safe_load((root / "examples" / "muscle3.yaml").read_text())
+    for sub in spec["subtasks"]:
+        sub["command"] = [str(root / a) if a.startswith("examples/") else
+                          a.replace('"examples/', f'"{root}/examples/') for a in sub["command"]]
+    client = coalloc.connect(deployment.address)
+    [answer] = [to_json(a) for a in client.submit_all([spec])]
+    job_id = answer["job_id"]
+    rec = to_json(client.wait(job_id, timeout=240))
+    logs = coalloc_home() / "logs" / "subtasks"
+    manager = (logs / f"{job_id}-0.log").read_text()
+    assert rec["state"] == "completed", (rec, manager)
+    assert "Simulation completed successfully." in manager
+    assert "macro: 5 steps done, value 1.968750" in (logs / f"{job_id}-1.log").read_text()
+    assert "micro: 5 runs" in (logs / f"{job_id}-2.log").read_text()
+
+
 def test_the_example_runs_with_coalloc_run(deployment: Any, tmp_path: Path, capsys: Any) -> None:
     """``coalloc run examples/rendezvous.yaml`` (on the fixture cluster, after ``down``):
     a Python member and a shell member meet through ``coalloc.job`` and ``coalloc kv``."""
