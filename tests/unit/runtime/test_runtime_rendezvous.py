@@ -213,3 +213,18 @@ def test_runs_that_ended_free_their_store_and_port() -> None:
     gm.submit([_coupled()])
     gm.place_pending()
     assert {dict(s.env)["MASTER_PORT"] for s in rec.placed} == {str(PORT_RANGE[0])}
+
+
+def test_env_survives_the_records_of_the_journal_and_the_node_checkpoint() -> None:
+    """The job file's env is journaled with the spec; a subtask's env (with its
+    credential) is kept in its node's checkpoint, for a subtask restored before it
+    started."""
+    import json
+
+    from workloads.records import from_record, to_record
+
+    spec = _coupled()
+    assert from_record(JobSpec, json.loads(json.dumps(to_record(spec)))) == spec
+    placed = Subtask("j", 0, "n0", QosClass.BEST_EFFORT, 1.0, 1.0, 1.0, 1.0,
+                     command=("true",), env=(("COALLOC_KV_TOKEN", "t0k3n"),))
+    assert from_record(Subtask, json.loads(json.dumps(to_record(placed)))) == placed
