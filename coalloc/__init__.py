@@ -12,4 +12,8 @@ def __getattr__(name: str):  # PEP 562: ``coalloc.connect`` without importing Ra
         from coalloc import client
 
         return getattr(client, name)
+    if name == "job":  # ``coalloc.job.put(...)`` after a bare ``import coalloc``
+        import importlib
+
+        return importlib.import_module("coalloc.job")
     raise AttributeError(f"module 'coalloc' has no attribute {name!r}")

@@ -43,6 +43,7 @@ from runtime.global_service import GlobalService
 from runtime.journal import journal_files
 from runtime.node_host import HostedNode, node_handle
 from runtime.node_runtime import NodeRuntime
+from runtime.rendezvous import KvAccess
 from runtime.status import (
     CancelResult,
     ControllerView,
@@ -98,6 +99,19 @@ def _node_id() -> str:
     import ray
 
     return str(ray.get_runtime_context().get_node_id())
+
+
+def _node_addresses(placements: list[tuple[Node, str, bool]]) -> dict[str, str]:
+    """Each grid node's address (its Ray node's), by node name: MASTER_ADDR of a run
+    whose member 0 runs there. A node Ray does not list is left out (loopback)."""
+    import ray
+
+    try:
+        by_id = {n["NodeID"]: str(n["NodeManagerAddress"]) for n in ray.nodes()}
+    except Exception:  # noqa: BLE001 - best effort: members then see the loopback address
+        log.warning("cannot read the Ray nodes' addresses; MASTER_ADDR is the loopback")
+        return {}
+    return {node.name: by_id[rid] for node, rid, _ in placements if rid in by_id}
 
 
 def _port_of(endpoint: str) -> int:
@@ -626,10 +640,15 @@ class GlobalManagerActor:
             target=self._queue_loop, name="coalloc-gm-queue", daemon=True
         )
         self._queue.start()
+        self.service.addresses = _node_addresses(placements)
         self.api: ApiServer | None = None
         self.api_error: str | None = None
         if api_token:
             self.api = self._serve_api(int(self.info.get("api_port") or 0), api_token)
+        if self.api is not None and api_token:
+            # The members' key-value store is served on the API, their credentials
+            # derived from its token (runtime.rendezvous).
+            self.service.kv_access = KvAccess(self.api.url, api_token)
 
     def _serve_api(self, port: int, token: str) -> ApiServer | None:
         """The HTTP API on this node's address and ``port``. A restarted global manager
@@ -640,7 +659,7 @@ class GlobalManagerActor:
         deadline = time.monotonic() + API_BIND_WAIT_S
         while True:
             try:
-                return ApiServer(self, host, port, token)
+                return ApiServer(self, host, port, token, kv=self.service)
             except OSError as exc:
                 if time.monotonic() >= deadline:
                     self.api_error = f"cannot serve the API on {host}:{port}: {exc}"

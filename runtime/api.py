@@ -24,7 +24,16 @@ POST      /api/v1/jobs           ``{"jobs": [job mapping, ...], "token": "..."}`
                                  ``load_jobs`` checks the file NAME (YAML or JSON by suffix)
 POST      /api/v1/cancel         ``{"job_ids": [...] | null, "user": U | null, "state":
                                  "pending" | "running" | null}``: one result per job
+PUT       /api/v1/kv/RUN/KEY     ``{"value": TEXT}``: set KEY in run RUN's key-value store
+GET       /api/v1/kv/RUN/KEY     ``{"value": TEXT}``; ``?wait=S``: wait up to S s (at most
+                                 :data:`KV_WAIT_MAX_S`) for it; 404 if not set by then
 ========  =====================  ==============================================================
+
+The key-value routes (:mod:`runtime.kv_store`, served when the server is given a
+:class:`KvBackend`) take the run's own credential instead of the API token: the bearer
+token :func:`runtime.rendezvous.kv_token` derives from the API token and RUN, which the
+run's members find in ``COALLOC_KV_TOKEN`` (never in a URL). A limit answers 400, a run
+that is not running 410.
 
 The web dashboard (:mod:`runtime.dashboard`, what ``coalloc dashboard`` prints the URL
 of) is ``GET /`` (its page, the token written into its asset links) and ``GET
@@ -59,6 +68,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pydantic import BaseModel
 
 from runtime import dashboard
+from runtime.kv_store import KvError, RunGone
+from runtime.rendezvous import kv_token_ok
 from runtime.status import (
     DOCUMENTS,
     CancelResult,
@@ -80,6 +91,9 @@ PREFIX = "/api/v1"
 MAX_BODY_BYTES = 4 * 2**20
 #: Real seconds a connection may stay silent before the server drops it.
 SOCKET_TIMEOUT_S = 30.0
+#: Longest wait of one ``GET /kv/...`` (s): under :data:`SOCKET_TIMEOUT_S`; a client
+#: that waits longer asks again.
+KV_WAIT_MAX_S = 20.0
 #: The job states ``POST /cancel`` can select by.
 CANCEL_STATES = ("pending", "running")
 
@@ -114,6 +128,46 @@ class ApiBackend(Protocol):
     def cancel_jobs(
         self, job_ids: list[str] | None, user: str | None, state: str | None
     ) -> list[CancelResult]: ...
+
+
+class KvBackend(Protocol):
+    """The members' key-value store (the global manager's service): raises
+    :class:`~runtime.kv_store.KvError` for what it refuses."""
+
+    def kv_put(self, run: str, key: str, value: str) -> None: ...
+
+    def kv_get(self, run: str, key: str, timeout_s: float) -> str | None: ...
+
+
+def kv_route(
+    kv: KvBackend, method: str, run: str, key: str, query: Mapping[str, list[str]],
+    body: object,
+) -> tuple[int, object]:
+    """Serve one key-value request of run ``run`` (authenticated by its credential)."""
+    try:
+        if method in ("PUT", "POST"):
+            value = body.get("value") if isinstance(body, Mapping) else None
+            if not isinstance(value, str):
+                raise BadRequest("value: expected a string")
+            kv.kv_put(run, key, value)
+            return HTTPStatus.OK, {"key": key}
+        if method == "GET":
+            text = (query.get("wait") or ["0"])[-1]
+            try:
+                wait = float(text)
+            except ValueError:
+                raise BadRequest(f"wait: expected seconds, got {text!r}") from None
+            if not math.isfinite(wait) or wait < 0:
+                raise BadRequest(f"wait: expected seconds >= 0, got {text!r}")
+            value = kv.kv_get(run, key, min(wait, KV_WAIT_MAX_S))
+            if value is None:
+                return HTTPStatus.NOT_FOUND, {"error": f"{key}: not set", "key": key}
+            return HTTPStatus.OK, {"key": key, "value": value}
+    except RunGone as exc:
+        return HTTPStatus.GONE, {"error": _one_line(str(exc))}
+    except KvError as exc:
+        raise BadRequest(str(exc)) from None
+    return HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{method}: method not allowed"}
 
 
 def strict_json(value: object) -> object:
@@ -266,9 +320,52 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(page.body)
 
+    def _kv_target(self, path: str) -> tuple[str, str] | None:
+        """(run, key) of a key-value route's path; None for any other path."""
+        head = PREFIX + "/kv/"
+        if not path.startswith(head):
+            return None
+        parts = [unquote(p) for p in path[len(head):].split("/")]
+        return (parts[0], parts[1]) if len(parts) == 2 and all(parts) else ("", "")
+
+    def _serve_kv(self, method: str, run: str, key: str,
+                  query: Mapping[str, list[str]]) -> None:
+        """A key-value request: the run's own credential, never the API token."""
+        header = self.headers.get("Authorization", "")
+        given = header[7:].strip() if header[:7].lower() == "bearer " else ""
+        kv = self.server.kv
+        if kv is None or not run or not given or not kv_token_ok(
+                self.server.token, run, given):
+            self._drain()
+            if kv is None:
+                self._send(HTTPStatus.NOT_FOUND, {"error": "no key-value store here"})
+            elif not run:
+                self._send(HTTPStatus.NOT_FOUND, {"error": "expected /kv/RUN/KEY"})
+            else:
+                self._send(HTTPStatus.UNAUTHORIZED,
+                           {"error": "missing or wrong key-value credential for this run"})
+            return
+        try:
+            body = self._body() if method in ("PUT", "POST") else None
+            status, doc = kv_route(kv, method, run, key, query, body)
+        except _TooLarge as exc:
+            self.close_connection = True
+            status, doc = HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": str(exc)}
+        except BadRequest as exc:
+            status, doc = HTTPStatus.BAD_REQUEST, {"error": _one_line(str(exc))}
+        except Exception as exc:  # noqa: BLE001 - answered and logged; the server goes on
+            log.exception("api %s key-value request failed", method)
+            status, doc = HTTPStatus.INTERNAL_SERVER_ERROR, {
+                "error": f"internal error in the global manager: {type(exc).__name__}"}
+        self._send(status, doc)
+
     def _serve(self, method: str) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query)
+        target = self._kv_target(url.path)
+        if target is not None:
+            self._serve_kv(method, target[0], target[1], query)
+            return
         if not self._authorized(query):
             self._drain()
             self._send(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong API token"})
@@ -348,20 +445,30 @@ class _TooLarge(Exception):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    #: Connections waiting to be accepted: the members of a large job ask the key-value
+    #: store at once (socketserver's default of 5 drops the others' SYNs, retried by the
+    #: kernel only after 1 s, then 3 s, ...).
+    request_queue_size = 256
     backend: ApiBackend
+    kv: KvBackend | None
     token: str
 
 
 class ApiServer:
     """The API on ``host:port`` in a daemon thread, serving ``backend`` to requests that
-    carry ``token``. ``port`` 0 binds an ephemeral port (:attr:`port` says which).
+    carry ``token`` (and ``kv``, the members' key-value store, to those that carry their
+    run's credential). ``port`` 0 binds an ephemeral port (:attr:`port` says which).
     Raises OSError when the address cannot be bound."""
 
-    def __init__(self, backend: ApiBackend, host: str, port: int, token: str) -> None:
+    def __init__(
+        self, backend: ApiBackend, host: str, port: int, token: str,
+        kv: KvBackend | None = None,
+    ) -> None:
         if not token:
             raise ValueError("token: must not be empty")
         self._server = _Server((host, port), _Handler)
         self._server.backend = backend
+        self._server.kv = kv
         self._server.token = token
         self.host = host
         self.port = int(self._server.server_address[1])

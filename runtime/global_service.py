@@ -51,8 +51,10 @@ from runtime.dispatch import Dispatch, DispatchFailed, send
 from runtime.job_journal import UNREADABLE, JobJournal
 from runtime.jobs import JobInfo, PendingDispatch, PlacedSubtask, RunId, SubtaskEnd
 from runtime.journal import Sync
+from runtime.kv_store import KvStore, RunGone
 from runtime.metrics import NullGlobalMetrics, QueueGauges
 from runtime.node_health import HeardReport, NodeHealth
+from runtime.rendezvous import KvAccess, Member, PortPool, run_env
 from runtime.start_margin import StartMargin, dispatch_calls
 from runtime.status import (
     JobRecord,
@@ -144,6 +146,13 @@ class GlobalService:
         #: the controller and the nodes out (not journaled: a recovered service finds
         #: what a dispatch cut short left by reconciliation).
         self._dispatching: dict[str, RunId] = {}
+        #: The rendezvous (:mod:`runtime.rendezvous`): node name -> address (MASTER_ADDR;
+        #: the actor fills it from Ray), the key-value store and how members reach it
+        #: (None: no HTTP API, no store in the members' environment), MASTER_PORTs.
+        self.addresses: dict[str, str] = {}
+        self.kv = KvStore()
+        self.kv_access: KvAccess | None = None
+        self.ports = PortPool()
         if journal is not None:
             self._open_journal(journal)
 
@@ -209,6 +218,9 @@ class GlobalService:
         table into the journal's archive (read by ``status --all`` and by id). Returns
         how many moved."""
         with self._lock:
+            if self.kv.runs:
+                self.kv.retain({i.run_id for i in self.jobs.values()
+                                if i.state is JobPhase.RUNNING})
             now = self.clock.now()
             moved = self._store.due(self.jobs, now)
             if not moved:
@@ -601,7 +613,9 @@ class GlobalService:
         job is marked as being dispatched (caller holds the lock). The core has already
         committed the run's budgets: :meth:`_settle` keeps or returns them."""
         run = info.run
-        subs = tuple(replace(s, job_id=str(run)) for s in subtasks)
+        envs = self._rendezvous(info, str(run), subtasks)
+        subs = tuple(replace(s, job_id=str(run), env=envs.get(s.index, ()))
+                     for s in subtasks)
         qos = info.qos
         registration = JobRegistration(
             str(run), qos, start, tuple((s.index, s.node, s.expected_rate) for s in subs),
@@ -609,6 +623,45 @@ class GlobalService:
         ) if qos in (QosClass.STRICT, QosClass.LOOSE) else None
         self._dispatching[info.job_id] = run
         return PendingDispatch(run, subs, start, registration)
+
+    def _rendezvous(
+        self, info: JobInfo, run: str, subtasks: tuple[Subtask, ...]
+    ) -> dict[int, tuple[tuple[str, str], ...]]:
+        """The environment of each process subtask of ``run`` (by index; caller holds
+        the lock): :func:`runtime.rendezvous.run_env`, MASTER_PORT taken on member 0's
+        node."""
+        if not any(s.command for s in subtasks):
+            return {}
+        members = [Member(s.index, s.node) for s in subtasks]
+        first = min(members, key=lambda m: m.index)
+
+        def live(other: str) -> bool:
+            return self._info_of_run(other) is not None or any(
+                str(r) == other for r in self._dispatching.values())
+
+        port = self.ports.take(first.node, run, live)
+        spec = info.spec
+        own = {i: s.env for i, s in enumerate(spec.subtasks) if s.env}
+        return run_env(info.job_id, info.attempt, run, members, self.addresses, port,
+                       self.kv_access, spec.env, own)
+
+    # ------------------------------------------------------ key-value store
+    def kv_put(self, run: str, key: str, value: str) -> None:
+        """Set ``key`` in running run ``run``'s store (:mod:`runtime.kv_store`). Raises
+        :class:`~runtime.kv_store.KvError`."""
+        self._kv_live(run)
+        self.kv.put(run, key, value)
+
+    def kv_get(self, run: str, key: str, timeout_s: float) -> str | None:
+        """``key`` of running run ``run``'s store, waiting up to ``timeout_s`` (real s;
+        the service's lock is not held while waiting). None: not set in time."""
+        self._kv_live(run)
+        return self.kv.get(run, key, timeout_s)
+
+    def _kv_live(self, run: str) -> None:
+        with self._lock:
+            if self._info_of_run(run) is None:
+                raise RunGone(f"run {run} is not running: its key-value store is gone")
 
     def _dispatch_all(self, reservations: list[PendingDispatch]) -> None:
         """Hand reserved runs to the other actors, one after the other (caller does NOT
@@ -716,6 +769,7 @@ class GlobalService:
         self._mark(info.job_id)
         spec = info.spec
         run_id = info.run_id
+        self.kv.drop(run_id)
         now = self.clock.now()
         requeue = policy is EndPolicy.REQUEUE and info.attempt < spec.max_attempts
         if requeue:

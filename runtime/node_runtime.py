@@ -122,8 +122,10 @@ class SubtaskProcess(Protocol):
     def close(self) -> None: ...
 
 
-#: ``process_factory(argv, speed_mhz, output)``: a process subtask's executor, not started.
-ProcessFactory = Callable[[tuple[str, ...], float, Path | None], SubtaskProcess]
+#: ``process_factory(argv, speed_mhz, output, env)``: a process subtask's executor, not
+#: started; ``env``: what its environment gets on top of this process's (the rendezvous).
+ProcessFactory = Callable[
+    [tuple[str, ...], float, Path | None, tuple[tuple[str, str], ...]], SubtaskProcess]
 
 FinishFn = Callable[[SubtaskOutcome], None]
 
@@ -249,9 +251,11 @@ class NodeRuntime:
         self._idle_written: dict[str, Any] | None = None
 
     def _real_process(
-        self, argv: tuple[str, ...], speed_mhz: float, output: Path | None
+        self, argv: tuple[str, ...], speed_mhz: float, output: Path | None,
+        env: tuple[tuple[str, str], ...] = (),
     ) -> SubtaskProcess:
-        return _default_process_factory(argv, speed_mhz, output, restart_file=self.checkpoint)
+        return _default_process_factory(argv, speed_mhz, output, restart_file=self.checkpoint,
+                                        env=env)
 
     # ----------------------------------------------------------------- checkpoint
     def checkpoint_state(self) -> dict[str, Any]:
@@ -702,7 +706,8 @@ class NodeRuntime:
             executor = None
             failure: str | None = None
             try:
-                executor = self._process_factory(tuple(s.command), self.node.speed_mhz, out)
+                executor = self._process_factory(
+                    tuple(s.command), self.node.speed_mhz, out, s.env)
                 executor.start()
             except (ValueError, OSError) as exc:
                 # It will never progress: it leaves at the next boundary, reported done.
@@ -821,12 +826,15 @@ def _subtask_dict(placed: Subtask, live: Subtask) -> dict[str, Any]:
 
 def _default_process_factory(
     argv: tuple[str, ...], speed_mhz: float, output: Path | None,
-    restart_file: Path | None = None,
+    restart_file: Path | None = None, env: tuple[tuple[str, str], ...] = (),
 ) -> SubtaskProcess:
-    """A real process subtask; ``restart_file``: its node's checkpoint (None: none)."""
+    """A real process subtask; ``restart_file``: its node's checkpoint (None: none);
+    ``env``: added to this process's environment (none: it is inherited as it is)."""
+    import os
+
     from local_manager.process_executor import ProcessExecutor
 
     return ProcessExecutor(
         list(argv), speed_mhz=speed_mhz, stdout=output, stderr=output, grace_s=1.0,
-        restart_file=restart_file,
+        restart_file=restart_file, env={**os.environ, **dict(env)} if env else None,
     )

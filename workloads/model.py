@@ -143,6 +143,8 @@ class SubtaskSpec:
     the loader multiplies by :data:`STANDARD_MHZ`). ``weight`` is the relative weight
     ``r_i`` (> 0). ``command`` is an argv list for the process executor, or ``None``
     for the synthetic executor. ``labels``: labels the subtask's node must carry (all).
+    ``env``: (name, value) pairs its command's environment gets on top of the job's
+    ``env`` and the rendezvous variables (:mod:`runtime.rendezvous`).
     """
 
     work: float
@@ -150,6 +152,7 @@ class SubtaskSpec:
     demand: Demand | None = None
     command: tuple[str, ...] | None = None
     labels: frozenset[str] = frozenset()
+    env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.work) or self.work <= 0:
@@ -197,6 +200,9 @@ class JobSpec:
     on_failure: EndPolicy = EndPolicy.FAIL
     #: Runs at most (the first one and its requeues) before a requeue becomes a failure.
     max_attempts: int = 3
+    #: (name, value) pairs every command of the job gets in its environment, over the
+    #: rendezvous variables (a subtask's own ``env`` wins over these).
+    env: tuple[tuple[str, str], ...] = ()
 
     def node_loss_policy(self) -> EndPolicy:
         """``on_node_loss``, or its default for this job's executors."""
@@ -241,6 +247,10 @@ class Subtask:
     start_time: float = 0.0
     finish_time: float | None = None
     command: tuple[str, ...] | None = None
+    #: What its command's environment gets on top of its local manager's: the
+    #: rendezvous variables and the job file's ``env`` (set at dispatch). Holds the
+    #: run's key-value credential: never shown (no repr).
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @property
     def key(self) -> tuple[str, int]:

@@ -13,11 +13,13 @@ The keys are the user-facing contract (more may be added; these keep their meani
     on_node_loss: requeue    # optional: requeue | fail (default: requeue if no commands)
     on_failure: fail         # optional: fail | requeue, when a subtask's process fails
     max_attempts: 3          # optional: runs at most, requeues included
+    env: {OMP_NUM_THREADS: 1} # optional: every command's environment (docs/coupled.md)
     subtasks:                # never more subtasks than nodes (checked at submission)
       - {work: 1800, weight: 1}
       - {work: 3600, weight: 2, demand: {cpu: 1, memory_mb: 512, io_mbps: 5}}
       - {work: 3600, weight: 2, command: [python3, -c, "..."]}
       - {work: 3600, labels: [fast]}   # only on nodes labelled fast
+      - {work: 60, command: [./solver], env: {I_MPI_WAIT_MODE: 0}}  # over the job's env
 
 or, instead of ``subtasks``, the job's total ``work``, total ``weight`` and
 ``parallelism: N`` (the global manager splits it into N subtasks).
@@ -47,6 +49,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -185,6 +188,40 @@ def _argv(value: list[str]) -> list[str]:
     return value
 
 
+#: A variable name a job file's ``env`` may set (POSIX's portable names).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Most variables in one ``env`` mapping, and characters in one value.
+MAX_ENV_VARS = 256
+MAX_ENV_VALUE = 32768
+
+
+def _env(value: object) -> object:
+    """An ``env`` mapping: variable names to text (numbers are written as text);
+    anything but a mapping is left to the type check."""
+    if not isinstance(value, Mapping):
+        return value
+    if len(value) > MAX_ENV_VARS:
+        raise fail(f"{len(value)} variables, more than the {MAX_ENV_VARS} allowed")
+    out: dict[str, str] = {}
+    for name, v in value.items():
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            raise fail(f"{name!r} is not a variable name (letters, digits and _, not "
+                       "starting with a digit)", at=name)
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise fail(f"must be a string or a number, got {type_name(v)} {v!r}", at=name)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise fail(f"must be a finite number, got {v!r}", at=name)
+        text = v if isinstance(v, str) else str(v)
+        if "\0" in text:
+            raise fail("must not contain a NUL character", at=name)
+        if len(text) > MAX_ENV_VALUE:
+            raise fail(f"{len(text)} characters, more than the {MAX_ENV_VALUE} allowed",
+                       at=name)
+        out[name] = text
+    return out
+
+
+_Env = Annotated[dict[str, str], BeforeValidator(_env)]
 _Positive = Annotated[float, Field(gt=0)]
 _NonNegative = Annotated[float, Field(ge=0)]
 _Name = Annotated[str, AfterValidator(_name)]
@@ -209,6 +246,7 @@ class _Subtask(BaseModel):
         list[str], BeforeValidator(as_list), Field(min_length=1), AfterValidator(_argv)
     ] = []
     labels: Annotated[list[_Label], BeforeValidator(as_list)] | None = None
+    env: _Env | None = None
 
 
 class _Job(BaseModel):
@@ -235,6 +273,7 @@ class _Job(BaseModel):
     on_node_loss: _Policy | None = None
     on_failure: _Policy | None = None
     max_attempts: Annotated[int, Field(ge=1)] | None = None
+    env: _Env | None = None
 
 
 #: Keys of a job mapping. ``node`` is accepted only for ``local`` jobs (generators,
@@ -313,7 +352,9 @@ _WORDING = Wording(
         "subtasks[].demand.io_mbps": " MB/s",
     },
     mappings={
-        "subtasks[]": "a subtask: work, weight, demand, command, labels",
+        "subtasks[]": "a subtask: work, weight, demand, command, labels, env",
+        "env": "variable names to values, e.g. {OMP_NUM_THREADS: 4}",
+        "subtasks[].env": "variable names to values, e.g. {OMP_NUM_THREADS: 4}",
         "subtasks[].demand": "cpu, memory_mb, io_mbps",
     },
     number=_number_reason,
@@ -339,6 +380,7 @@ def _subtask_spec(s: _Subtask) -> SubtaskSpec:
         demand=demand,
         command=tuple(s.command) if "command" in s.model_fields_set else None,
         labels=frozenset(s.labels or ()),
+        env=tuple((s.env or {}).items()),
     )
 
 
@@ -481,6 +523,7 @@ def parse_job(
         on_node_loss=EndPolicy(m.on_node_loss) if m.on_node_loss is not None else None,
         on_failure=EndPolicy(m.on_failure) if m.on_failure is not None else EndPolicy.FAIL,
         max_attempts=m.max_attempts if m.max_attempts is not None else 3,
+        env=tuple((m.env or {}).items()),
     )
 
 
@@ -515,6 +558,8 @@ def job_to_dict(job: JobSpec) -> dict[str, Any]:
         out["on_failure"] = job.on_failure.value
     if job.max_attempts != 3:
         out["max_attempts"] = job.max_attempts
+    if job.env:
+        out["env"] = dict(job.env)
     if job.subtasks:
         subs: list[dict[str, Any]] = []
         for s in job.subtasks:
@@ -529,6 +574,8 @@ def job_to_dict(job: JobSpec) -> dict[str, Any]:
                 d["command"] = list(s.command)
             if s.labels:
                 d["labels"] = sorted(s.labels)
+            if s.env:
+                d["env"] = dict(s.env)
             subs.append(d)
         out["subtasks"] = subs
     else:

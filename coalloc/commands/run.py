@@ -103,6 +103,8 @@ def run_run(args: argparse.Namespace) -> int:
             str(out / "phase.jsonl") if out else None,
             progress=lambda m: print(m + " ...", flush=True),
             nodes_per_process=args.nodes_per_process,
+            # The members' key-value store is served on the API (docs/coupled.md).
+            api=True,
         )
         print(f"runtime ready in {dep.ready_s:.1f} s; phase log {dep.phase_log}", flush=True)
         if config.insecure:
