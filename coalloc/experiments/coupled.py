@@ -12,14 +12,23 @@ under the core configuration the live runtime uses (:func:`runtime.config.runtim
 work-conserving queues, ``queue: wait``) with backfill placement, all on the same
 workload and seed.
 
-Columns: ``nodes``, ``lam``, ``policy``, ``coupling`` (Δ, s), ``wait``; strict jobs
-``submitted``, ``admitted`` (placed by the end) and ``completed``; ``mean_turnaround``
-and ``mean_wait`` (s, completed strict jobs / placed ones); CPU over the whole run in
-reference CPU-seconds at the 1 GHz standard (Mcycles / 1000): ``spin_cpu_s`` (granted to
-coupled members waiting at an exchange and spent spinning), ``blocked_cpu_s`` (granted to
-blocked members and left unused: what the blocking passes did not hand on),
-``local_cpu_s`` and ``best_effort_cpu_s`` (what the grid-local and best-effort entries
-got); ``mean_phase_difference`` (Φ, s: the mean of the completed strict jobs' mean phase
+**Background work.** A generated workload's grid-local and best-effort jobs are finite and
+light: they get all they ask for under any policy, so CPU a policy stops spinning has no
+work to go to and simply idles. So that freed CPU can show where it goes (as the live
+benchmark puts a CPU-bound best-effort job beside the coupled one on every node), each
+node also runs one grid-local job from time 0 that always wants a full core and outlasts
+the coupled jobs (its work: the node's full speed for the last QoS arrival plus
+``BACKGROUND_TAIL_S``); ``--no-background`` leaves it out.
+
+Columns: ``nodes``, ``lam``, ``policy``, ``coupling`` (Δ, s), ``wait``, ``background``;
+strict jobs ``submitted``, ``admitted`` (placed by the end) and ``completed``;
+``mean_turnaround`` and ``mean_wait`` (s, completed strict jobs / placed ones); CPU in
+reference CPU-seconds at the 1 GHz standard (Mcycles / 1000) over the cycles with at
+least one coupled job placed: ``spin_cpu_s`` (granted to coupled members waiting at an
+exchange and spent spinning), ``blocked_cpu_s`` (granted to blocked members and left
+unused: what the blocking passes did not hand on), ``local_cpu_s`` and
+``best_effort_cpu_s`` (what the grid-local and best-effort entries got);
+``mean_phase_difference`` (Φ, s: the mean of the completed strict jobs' mean phase
 differences, jobs with at least two subtasks); ``utilization`` (the mean over nodes of
 CPU used over CPU offered, spinning included) and ``qos_utilization``; ``end_time`` (s).
 
@@ -64,9 +73,12 @@ DEFAULT_WAIT = "spin"
 DEFAULT_PLACEMENT = "backfill"
 DEFAULT_CYCLE = 30.0
 DEFAULT_OUT = "runs/coupled"
+#: How long (s at full speed) a node's background job outlasts the last QoS arrival.
+BACKGROUND_TAIL_S = 100_000.0
 
 CSV_COLUMNS = (
-    "nodes", "lam", "policy", "coupling", "wait", "submitted", "admitted", "completed",
+    "nodes", "lam", "policy", "coupling", "wait", "background", "submitted", "admitted",
+    "completed",
     "mean_turnaround", "mean_wait", "spin_cpu_s", "blocked_cpu_s", "local_cpu_s",
     "best_effort_cpu_s", "mean_phase_difference", "utilization", "qos_utilization",
     "end_time",
@@ -88,6 +100,7 @@ class Cell:
     wait: str = DEFAULT_WAIT
     cycle: float = DEFAULT_CYCLE
     rate_per_weight: float = DEFAULT_RATE_PER_WEIGHT
+    background: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +112,7 @@ class Row:
     policy: str
     coupling: float
     wait: str
+    background: bool
     submitted: int
     admitted: int
     completed: int
@@ -115,15 +129,27 @@ class Row:
 
 
 def make_workload(cell: Cell) -> Any:
-    """The cell's calibrated workload with coupled members."""
+    """The cell's calibrated workload with coupled members (and its background jobs)."""
     from workloads.generator import PaperWorkloadParams, generate
+    from workloads.model import JobSpec, QosClass, SubtaskSpec, Workload
 
-    return generate(
+    w = generate(
         PaperWorkloadParams(nodes=cell.nodes, mean_interarrival=cell.lam, jobs=cell.jobs,
                             rate_per_weight=cell.rate_per_weight, coupling=cell.coupling,
                             wait=cell.wait),
         seed=cell.seed,
     )
+    if not cell.background:
+        return w
+    last = max((j.arrival for j in w.jobs if j.qos in (QosClass.STRICT, QosClass.LOOSE)),
+               default=0.0)
+    background = tuple(
+        JobSpec(name=f"background-{n.name}", qos=QosClass.LOCAL,
+                subtasks=(SubtaskSpec(work=n.speed_mhz * (last + BACKGROUND_TAIL_S)),),
+                arrival=0.0, job_id=f"background-{n.name}", node=n.name)
+        for n in w.nodes
+    )
+    return Workload(w.nodes, background + w.jobs, w.seed, w.params)
 
 
 def simulate_cell(cell: Cell) -> tuple[Any, Any]:
@@ -165,6 +191,7 @@ def summarize(cell: Cell, result: Any) -> Row:
         policy=cell.policy,
         coupling=cell.coupling,
         wait=cell.wait,
+        background=cell.background,
         submitted=len(strict),
         admitted=sum(1 for j in strict if j.admitted),
         completed=len(done),
@@ -184,10 +211,12 @@ def summarize(cell: Cell, result: Any) -> Row:
 
 def make_cells(nodes: Sequence[int], lams: Sequence[float], policies: Sequence[str],
                jobs: int, seed: int, coupling: float = DEFAULT_COUPLING,
-               wait: str = DEFAULT_WAIT, cycle: float = DEFAULT_CYCLE) -> list[Cell]:
+               wait: str = DEFAULT_WAIT, cycle: float = DEFAULT_CYCLE,
+               background: bool = True) -> list[Cell]:
     """Every run of the matrix, in output order: nodes, lambda, then ``policies``' order.
     The runs of a cell share one workload and seed."""
-    return [Cell(n, float(lam), pol, jobs, cell_seed(seed, n, lam), coupling, wait, cycle)
+    return [Cell(n, float(lam), pol, jobs, cell_seed(seed, n, lam), coupling, wait, cycle,
+                 background=background)
             for n in nodes for lam in lams for pol in policies]
 
 
@@ -260,7 +289,8 @@ def plot(path: Path, rows: Sequence[Row], policies: Sequence[str]) -> None:
     if handles:
         axes[0][0].legend(handles, labels, fontsize=7)
     first = rows[0] if rows else None
-    what = f"exchange every {first.coupling:g} s, wait: {first.wait}" if first else ""
+    what = (f"exchange every {first.coupling:g} s, wait: {first.wait}"
+            + ("" if first.background else ", no background")) if first else ""
     fig.suptitle(f"Coupled members under the live defaults ({what})")
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata={"Software": None})
@@ -308,7 +338,8 @@ def handler(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{out}: cannot create output directory: {exc.strerror}") from None
-    cells = make_cells(nodes, lams, policy_names, jobs, seed, coupling, wait, cycle)
+    cells = make_cells(nodes, lams, policy_names, jobs, seed, coupling, wait, cycle,
+                       background=not args.no_background)
     start = time.perf_counter()
     with tqdm(total=len(cells), desc="coupled", unit="run", file=sys.stderr,
               disable=args.quiet) as bar:
@@ -318,6 +349,7 @@ def handler(args: argparse.Namespace) -> int:
     config = {
         "nodes": nodes, "lam": lams, "policies": policy_names, "jobs": jobs, "seed": seed,
         "coupling_s": coupling, "wait": wait, "placement": DEFAULT_PLACEMENT,
+        "background": not args.no_background, "background_tail_s": BACKGROUND_TAIL_S,
         "core": "runtime_core(): the live runtime's defaults",
         "queue": str(core.queue.value), "work_conserving": core.work_conserving,
         "queue_weights": list(core.queue_weights), "cycle_s": cycle,
@@ -363,6 +395,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--wait", default=DEFAULT_WAIT,
                         help="what a member waiting at an exchange does: spin or block "
                              "(default %(default)s)")
+    parser.add_argument("--no-background", action="store_true",
+                        help="no CPU-bound grid-local job beside the coupled ones on each node")
     parser.add_argument("--seed", default="0", help="random seed (default 0)")
     parser.add_argument("--cycle", default=_lam_text(DEFAULT_CYCLE),
                         help="local scheduling cycle q, s (default %(default)s)")
