@@ -417,11 +417,11 @@ def _coupled_cycle(
     out: dict[str, tuple[CycleResult, float]] = {}
     for name, sched in busy.items():
         res = sched.commit(end, q, splits[name], measured.get(name))
-        for g in res.grants:
-            if g.queue is QueueName.LOCAL:
-                totals[2] += g.granted_work
-            elif g.queue is QueueName.BEST_EFFORT:
-                totals[3] += g.granted_work
+        for grant in res.grants:
+            if grant.queue is QueueName.LOCAL:
+                totals[2] += grant.granted_work
+            elif grant.queue is QueueName.BEST_EFFORT:
+                totals[3] += grant.granted_work
         out[name] = (res, unused.get(name, 0.0))
     return out
 

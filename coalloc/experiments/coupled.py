@@ -131,12 +131,12 @@ class Row:
 def make_workload(cell: Cell) -> Any:
     """The cell's calibrated workload with coupled members (and its background jobs)."""
     from workloads.generator import PaperWorkloadParams, generate
-    from workloads.model import JobSpec, QosClass, SubtaskSpec, Workload
+    from workloads.model import JobSpec, QosClass, SubtaskSpec, WaitMode, Workload
 
     w = generate(
         PaperWorkloadParams(nodes=cell.nodes, mean_interarrival=cell.lam, jobs=cell.jobs,
                             rate_per_weight=cell.rate_per_weight, coupling=cell.coupling,
-                            wait=cell.wait),
+                            wait=WaitMode(cell.wait)),
         seed=cell.seed,
     )
     if not cell.background:
