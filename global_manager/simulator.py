@@ -141,10 +141,10 @@ class RunResult:
 
 @dataclass(frozen=True, slots=True)
 class CouplingTotals:
-    """CPU (Mcycles, grid-wide, the whole run) of a run with coupled jobs: what coupled
-    members spent spinning at exchanges (granted, used, no progress), what blocked members
-    were granted and left unused in a cycle the blocking passes did not settle, and what
-    the grid-local and best-effort queues' entries got."""
+    """CPU (Mcycles, grid-wide, the whole run or up to ``max_time``) of a run with coupled
+    jobs: what coupled members spent spinning at exchanges (granted, used, no progress),
+    what blocked members were granted and left unused in a cycle the blocking passes did
+    not settle, and what the grid-local and best-effort queues' entries got."""
 
     spin_cpu: float = 0.0
     blocked_cpu: float = 0.0
@@ -318,6 +318,8 @@ def simulate(
                     stepped, _ = node_cycle(sched, (), end, q)
                 if stepped is None:
                     continue
+                if coupled_run:
+                    _other_cpu(stepped, totals)
                 used[name] += stepped.used - unused
                 used_qos += _qos_used(stepped) - unused
                 virtual_idle += stepped.virtual_idle
@@ -370,8 +372,8 @@ def _coupled_cycle(
 ) -> dict[str, tuple[CycleResult, float]]:
     """One cycle of every busy node with coupled jobs running (the module docstring):
     per node, its cycle result and the CPU its blocked members were granted and left
-    unused (Mcycles). Adds the cycle's figures to ``totals`` (:class:`CouplingTotals`'
-    fields, in order)."""
+    unused (Mcycles). Adds what was spun and left unused to ``totals``
+    (:class:`CouplingTotals`' fields, in order)."""
     busy = {name: sched for name, sched in schedulers.items() if len(sched)}
     splits: dict[str, Split] = {name: sched.plan(end, q) for name, sched in busy.items()}
 
@@ -414,16 +416,20 @@ def _coupled_cycle(
                 else:
                     totals[1] += g - w
                     unused[m.node] = unused.get(m.node, 0.0) + (g - w)
-    out: dict[str, tuple[CycleResult, float]] = {}
-    for name, sched in busy.items():
-        res = sched.commit(end, q, splits[name], measured.get(name))
-        for grant in res.grants:
-            if grant.queue is QueueName.LOCAL:
-                totals[2] += grant.granted_work
-            elif grant.queue is QueueName.BEST_EFFORT:
-                totals[3] += grant.granted_work
-        out[name] = (res, unused.get(name, 0.0))
-    return out
+    return {
+        name: (sched.commit(end, q, splits[name], measured.get(name)), unused.get(name, 0.0))
+        for name, sched in busy.items()
+    }
+
+
+def _other_cpu(res: CycleResult, totals: list[float]) -> None:
+    """Add what one node's grid-local and best-effort entries got in a cycle to
+    ``totals`` (:class:`CouplingTotals`' fields, in order)."""
+    for grant in res.grants:
+        if grant.queue is QueueName.LOCAL:
+            totals[2] += grant.granted_work
+        elif grant.queue is QueueName.BEST_EFFORT:
+            totals[3] += grant.granted_work
 
 
 def _qos_used(res: CycleResult) -> float:

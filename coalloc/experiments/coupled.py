@@ -23,11 +23,15 @@ the coupled jobs (its work: the node's full speed for the last QoS arrival plus
 Columns: ``nodes``, ``lam``, ``policy``, ``coupling`` (Δ, s), ``wait``, ``background``;
 strict jobs ``submitted``, ``admitted`` (placed by the end) and ``completed``;
 ``mean_turnaround`` and ``mean_wait`` (s, completed strict jobs / placed ones); CPU in
-reference CPU-seconds at the 1 GHz standard (Mcycles / 1000) over the cycles with at
-least one coupled job placed: ``spin_cpu_s`` (granted to coupled members waiting at an
-exchange and spent spinning), ``blocked_cpu_s`` (granted to blocked members and left
-unused: what the blocking passes did not hand on), ``local_cpu_s`` and
-``best_effort_cpu_s`` (what the grid-local and best-effort entries got);
+reference CPU-seconds at the 1 GHz standard (Mcycles / 1000) over one window for every
+policy, ``window_s``: from 0 to the last QoS arrival (the QoS flow's span; a second run
+of the cell stopped there, the same run up to that time): ``spin_cpu_s`` (granted to
+coupled members waiting at an exchange and spent spinning), ``blocked_cpu_s`` (granted
+to blocked members and left unused: what the blocking passes did not hand on),
+``local_cpu_s`` and ``best_effort_cpu_s`` (what the grid-local and best-effort entries
+got); ``spin_cpu_run_s``: spinning over the whole run. (Over the whole run the
+grid-local and best-effort CPU is their work, whatever the policy: a common window is
+what shows where CPU went while the coupled jobs ran.)
 ``mean_phase_difference`` (Φ, s: the mean of the completed strict jobs' mean phase
 differences, jobs with at least two subtasks); ``utilization`` (the mean over nodes of
 CPU used over CPU offered, spinning included) and ``qos_utilization``; ``end_time`` (s).
@@ -79,9 +83,9 @@ BACKGROUND_TAIL_S = 100_000.0
 CSV_COLUMNS = (
     "nodes", "lam", "policy", "coupling", "wait", "background", "submitted", "admitted",
     "completed",
-    "mean_turnaround", "mean_wait", "spin_cpu_s", "blocked_cpu_s", "local_cpu_s",
-    "best_effort_cpu_s", "mean_phase_difference", "utilization", "qos_utilization",
-    "end_time",
+    "mean_turnaround", "mean_wait", "window_s", "spin_cpu_s", "blocked_cpu_s", "local_cpu_s",
+    "best_effort_cpu_s", "spin_cpu_run_s", "mean_phase_difference", "utilization",
+    "qos_utilization", "end_time",
 )
 
 
@@ -118,10 +122,12 @@ class Row:
     completed: int
     mean_turnaround: float | None
     mean_wait: float | None
+    window_s: float
     spin_cpu_s: float
     blocked_cpu_s: float
     local_cpu_s: float
     best_effort_cpu_s: float
+    spin_cpu_run_s: float
     mean_phase_difference: float | None
     utilization: float
     qos_utilization: float
@@ -152,39 +158,55 @@ def make_workload(cell: Cell) -> Any:
     return Workload(w.nodes, background + w.jobs, w.seed, w.params)
 
 
-def simulate_cell(cell: Cell) -> tuple[Any, Any]:
+def window_of(workload: Any) -> float:
+    """The common window of the CPU columns (s): the last QoS arrival."""
+    from workloads.model import QosClass
+
+    return max((j.arrival for j in workload.jobs
+                if j.qos in (QosClass.STRICT, QosClass.LOOSE)), default=0.0)
+
+
+def simulate_cell(cell: Cell, max_time: float | None = None) -> tuple[Any, Any]:
     """Simulate one cell under the live runtime's core configuration (only ``q`` and
-    ``u_t`` from the cell) with backfill placement: the workload and the
-    :class:`~global_manager.simulator.RunResult`."""
+    ``u_t`` from the cell, and ``max_time``) with backfill placement: the workload and
+    the :class:`~global_manager.simulator.RunResult`."""
     from global_manager.policies import get_policy
     from global_manager.simulator import simulate
     from runtime.config import runtime_core
 
     workload = make_workload(cell)
     policy = get_policy(cell.policy, placement=DEFAULT_PLACEMENT)
-    config = runtime_core(cycle=cell.cycle, rate_per_weight=cell.rate_per_weight)
+    config = runtime_core(cycle=cell.cycle, rate_per_weight=cell.rate_per_weight,
+                          max_time=max_time)
     return workload, simulate(workload, policy, seed=cell.seed, config=config)
 
 
 def run_cell(cell: Cell) -> Row:
-    """Simulate one cell and summarise it (top-level, so worker processes can import
-    it)."""
-    _, result = simulate_cell(cell)
-    return summarize(cell, result)
+    """Simulate one cell, and again up to its window, and summarise it (top-level, so
+    worker processes can import it)."""
+    workload, result = simulate_cell(cell)
+    window = window_of(workload)
+    _, windowed = simulate_cell(cell, max_time=window)
+    return summarize(cell, result, windowed, window)
 
 
-def summarize(cell: Cell, result: Any) -> Row:
-    """The CSV row of one run (see the module docstring for the columns)."""
+def _cpu(result: Any) -> tuple[float, float, float, float]:
+    """A run's coupling totals in reference CPU-seconds (zeros without coupled jobs)."""
     from workloads.model import STANDARD_MHZ
 
+    t = result.coupling
+    if t is None:
+        return (0.0, 0.0, 0.0, 0.0)
+    return (t.spin_cpu / STANDARD_MHZ, t.blocked_cpu / STANDARD_MHZ,
+            t.local_cpu / STANDARD_MHZ, t.best_effort_cpu / STANDARD_MHZ)
+
+
+def summarize(cell: Cell, result: Any, windowed: Any, window: float) -> Row:
+    """The CSV row of one run, ``windowed`` the same run stopped at ``window`` (s; see
+    the module docstring for the columns)."""
     strict = [j for j in result.jobs if j.qos == "strict"]
     done = [j for j in strict if j.completed]
-    totals = result.coupling
-    cpu = (
-        (0.0, 0.0, 0.0, 0.0) if totals is None else
-        (totals.spin_cpu, totals.blocked_cpu, totals.local_cpu, totals.best_effort_cpu)
-    )
-    spin, blocked, local, best_effort = (c / STANDARD_MHZ for c in cpu)
+    spin, blocked, local, best_effort = _cpu(windowed)
     return Row(
         nodes=cell.nodes,
         lam=cell.lam,
@@ -197,10 +219,12 @@ def summarize(cell: Cell, result: Any) -> Row:
         completed=len(done),
         mean_turnaround=_mean([j.turnaround for j in done]),
         mean_wait=_mean([j.wait for j in strict if j.wait is not None]),
+        window_s=window,
         spin_cpu_s=spin,
         blocked_cpu_s=blocked,
         local_cpu_s=local,
         best_effort_cpu_s=best_effort,
+        spin_cpu_run_s=_cpu(result)[0],
         mean_phase_difference=_mean(
             [j.mean_phase_difference for j in result.strict_completed(min_subtasks=2)]),
         utilization=mean_utilization(result),
