@@ -141,3 +141,34 @@ def test_the_same_seed_gives_the_same_bytes(wait: str) -> None:
             for _ in range(2)]
     assert runs[0] == runs[1]
     assert '"coupling"' in runs[0]
+
+
+def _node_with_work() -> list:
+    from local_manager.scheduler import LocalScheduler
+    from workloads.model import Subtask
+
+    twins = []
+    for _ in range(2):
+        sched = LocalScheduler(Node("n", 300.0))
+        sched.add(Subtask("a", 0, "n", QosClass.STRICT, 1e6, 1.0, 50.0, 50.0), 0.0)
+        sched.add(Subtask("b", 0, "n", QosClass.STRICT, 1e6, 1.0, 50.0, 50.0), 0.0)
+        sched.add(Subtask("c", 0, "n", QosClass.BEST_EFFORT, 1e6, 1.0, 25.0, 25.0), 0.0)
+        twins.append(sched)
+    return twins
+
+
+def test_plan_then_commit_is_a_step() -> None:
+    one, two = _node_with_work()
+    for k in range(1, 4):
+        assert one.step(10.0 * k, 10.0) == two.commit(10.0 * k, 10.0, two.plan(10.0 * k, 10.0))
+
+
+def test_a_limited_demand_hands_its_share_to_the_others() -> None:
+    free, limited = _node_with_work()
+    before = free.plan(10.0, 10.0).granted
+    limited.limit_demand({("a", 0): 100.0})
+    after = limited.plan(10.0, 10.0).granted
+    limited.limit_demand(None)
+    assert after[("a", 0)] == pytest.approx(100.0)
+    assert after[("b", 0)] + after[("c", 0)] > before[("b", 0)] + before[("c", 0)]
+    assert limited.plan(10.0, 10.0).granted == before  # lifted again
