@@ -21,6 +21,15 @@ default) also replays whole quiet stretches of the grid (:func:`_replay_stretch`
 clocks summed cycle by cycle and every control period checked on them, so the bytes stay
 stepping's.
 
+Coupled jobs (:attr:`JobSpec.coupling`; :mod:`global_manager.coupling`) make a run
+step every cycle through the reference path, in two halves: every busy node splits its
+CPU (:meth:`LocalScheduler.plan`), each coupled job plays its exchanges on its members'
+grants, members that block at an exchange have their demand lowered to what they can do
+and their nodes split again (a few passes), and then every node books its split with the
+coupled members' useful work as their work done (:meth:`LocalScheduler.commit`'s
+``measured``): what a spinning member got beyond it is CPU spent spinning, never progress.
+A run with no coupled job takes the paths above unchanged, so its bytes are the same.
+
 With ``SimConfig.queue == "wait"`` strict jobs that do not fit wait in the global
 manager's pending queue; each step, after the arrivals, one placement cycle
 (:meth:`GlobalManagerCore.place_pending`) places what fits and expires what waited past
@@ -45,12 +54,13 @@ from coallocator.core import ControllerCore
 from coallocator.phase_log import PeriodRecord, SummaryRecord, to_json_line
 from global_manager.config import SimConfig
 from global_manager.core import Admission, GlobalManagerCore, QueueMode
+from global_manager.coupling import CoupledJob, Member
 from global_manager.engine import apply_commands, control_cycle, node_cycle, start_run
 from global_manager.policies import Policy, get_policy
 from local_manager.replay import ReplayingScheduler
-from local_manager.scheduler import CycleResult
+from local_manager.scheduler import WORK_EPSILON, CycleResult, Key, Split
 from workloads.messages import JobRegistration
-from workloads.model import JobPhase, JobSpec, QosClass, QueueName, Subtask, Workload
+from workloads.model import JobPhase, JobSpec, QosClass, QueueName, Subtask, WaitMode, Workload
 from workloads.native import picklable_frozen_records
 
 
@@ -109,12 +119,16 @@ class RunResult:
     #: the wall time all calls took (s; measured, so not part of :meth:`to_json`).
     placement_cycles: int = 0
     placement_seconds: float = 0.0
+    #: Runs with coupled jobs only (``None`` otherwise).
+    coupling: CouplingTotals | None = None
 
     def to_json(self) -> str:
         """Deterministic JSON of the results (without the log records and wall times)."""
         d = asdict(self)
         d.pop("records")
         d.pop("placement_seconds")
+        if d["coupling"] is None:
+            d.pop("coupling")
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     def strict_completed(self, min_subtasks: int = 2) -> list[JobResult]:
@@ -125,7 +139,24 @@ class RunResult:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class CouplingTotals:
+    """CPU (Mcycles, grid-wide, the whole run or up to ``max_time``) of a run with coupled
+    jobs: what coupled members spent spinning at exchanges (granted, used, no progress),
+    what blocked members were granted and left unused in a cycle the blocking passes did
+    not settle, and what the grid-local and best-effort queues' entries got."""
+
+    spin_cpu: float = 0.0
+    blocked_cpu: float = 0.0
+    local_cpu: float = 0.0
+    best_effort_cpu: float = 0.0
+
+
 ProgressFn = Callable[[float], None]
+
+#: Splits per node and cycle at most when coupled members block: each pass lowers the
+#: demand of the members that would wait (their share goes to the node's other work).
+_BLOCK_PASSES = 4
 
 _QOS = QueueName.QOS
 
@@ -186,7 +217,11 @@ def simulate(
     cycles = 0
     q = cfg.cycle
     active = 0  # subtasks placed and not finished
-    stepping = cfg.step_every_cycle
+    # Coupled jobs step every cycle (the module docstring).
+    coupled_run = any(j.coupling is not None for j in workload.jobs)
+    stepping = cfg.step_every_cycle or coupled_run
+    couplings: dict[str, CoupledJob] = {}
+    totals = [0.0, 0.0, 0.0, 0.0]  # CouplingTotals' fields, in order
     sentinel: list[ReplayingScheduler] = []  # _quiet_span's first node to ask
     measures = gm.measures_capacity
     ingest = ctl.ingest_progress
@@ -202,7 +237,7 @@ def simulate(
                 _observe_capacity(gm, schedulers, q)
                 measures = cfg.work_conserving
             while next_job < len(jobs) and jobs[next_job].arrival <= now:
-                active += _admit(jobs[next_job], now, gm, schedulers, ctl, results)
+                active += _admit(jobs[next_job], now, gm, schedulers, ctl, results, couplings)
                 next_job += 1
             if progress is not None and next_job // 64 > admitted_before // 64:
                 progress(next_job / len(jobs))
@@ -211,7 +246,7 @@ def simulate(
                 cyc = gm.place_pending(now)
                 placement_seconds += time.perf_counter() - t0
                 for adm in cyc.placed:
-                    active += _start(results[adm.job_id], adm, now, schedulers, ctl)
+                    active += _start(results[adm.job_id], adm, now, schedulers, ctl, couplings)
                 for adm in cyc.expired:
                     results[adm.job_id].admission = adm
                 _first_estimates(gm, now, results)
@@ -271,13 +306,22 @@ def simulate(
                         ctl, end, lambda cmd: apply_commands(schedulers[cmd.node], (cmd,))
                     )
                 continue
+            cycle_results = (
+                _coupled_cycle(end, q, schedulers, couplings, totals) if couplings else None
+            )
             for name, sched in schedulers.items():
-                # Commands were applied when they were sent (an in-memory channel).
-                stepped, _ = node_cycle(sched, (), end, q)
+                unused = 0.0
+                if cycle_results is not None:
+                    stepped, unused = cycle_results.get(name, (None, 0.0))
+                else:
+                    # Commands were applied when they were sent (an in-memory channel).
+                    stepped, _ = node_cycle(sched, (), end, q)
                 if stepped is None:
                     continue
-                used[name] += stepped.used
-                used_qos += _qos_used(stepped)
+                if coupled_run:
+                    _other_cpu(stepped, totals)
+                used[name] += stepped.used - unused
+                used_qos += _qos_used(stepped) - unused
                 virtual_idle += stepped.virtual_idle
                 for rep in stepped.reports:
                     ctl.ingest(rep)
@@ -287,6 +331,7 @@ def simulate(
                     job_done = gm.subtask_finished(*key)
                     if job_done:
                         results[key[0]].completed_at = end
+                        couplings.pop(key[0], None)
             if cycles % cfg.control_every == 0:
                 control_cycle(ctl, end, lambda cmd: apply_commands(schedulers[cmd.node], (cmd,)))
         ctl.finish_all()
@@ -314,7 +359,77 @@ def simulate(
         idle_virtual_fraction=virtual_idle / offered if offered > 0 else 0.0,
         placement_cycles=gm.cycles_run,
         placement_seconds=placement_seconds,
+        coupling=CouplingTotals(*totals) if coupled_run else None,
     )
+
+
+def _coupled_cycle(
+    end: float,
+    q: float,
+    schedulers: dict[str, ReplayingScheduler],
+    couplings: dict[str, CoupledJob],
+    totals: list[float],
+) -> dict[str, tuple[CycleResult, float]]:
+    """One cycle of every busy node with coupled jobs running (the module docstring):
+    per node, its cycle result and the CPU its blocked members were granted and left
+    unused (Mcycles). Adds what was spun and left unused to ``totals``
+    (:class:`CouplingTotals`' fields, in order)."""
+    busy = {name: sched for name, sched in schedulers.items() if len(sched)}
+    splits: dict[str, Split] = {name: sched.plan(end, q) for name, sched in busy.items()}
+
+    def grants(job: CoupledJob) -> list[float]:
+        return [
+            splits[m.node].granted.get(m.key, 0.0) if m.node in splits else 0.0
+            for m in job.members
+        ]
+
+    blocking = [job for job in couplings.values() if job.wait is WaitMode.BLOCK]
+    limits: dict[str, dict[Key, float]] = {}
+    for _ in range(_BLOCK_PASSES - 1):
+        changed: dict[str, None] = {}  # nodes to split again, in a fixed order
+        for job in blocking:
+            got = grants(job)
+            for m, g, w in zip(job.members, got, job.useful(got, q)):
+                if g - w > WORK_EPSILON:
+                    limits.setdefault(m.node, {})[m.key] = w
+                    changed[m.node] = None
+        if not changed:
+            break
+        for name in changed:
+            sched = busy[name]
+            sched.limit_demand(limits[name])
+            splits[name] = sched.plan(end, q)
+            sched.limit_demand(None)
+
+    measured: dict[str, dict[Key, float]] = {}
+    unused: dict[str, float] = {}
+    for job in couplings.values():
+        got = grants(job)
+        spins = job.wait is WaitMode.SPIN
+        for m, g, w in zip(job.members, got, job.advance(got, q)):
+            if m.node not in splits:
+                continue
+            measured.setdefault(m.node, {})[m.key] = w
+            if g > w:
+                if spins:
+                    totals[0] += g - w
+                else:
+                    totals[1] += g - w
+                    unused[m.node] = unused.get(m.node, 0.0) + (g - w)
+    return {
+        name: (sched.commit(end, q, splits[name], measured.get(name)), unused.get(name, 0.0))
+        for name, sched in busy.items()
+    }
+
+
+def _other_cpu(res: CycleResult, totals: list[float]) -> None:
+    """Add what one node's grid-local and best-effort entries got in a cycle to
+    ``totals`` (:class:`CouplingTotals`' fields, in order)."""
+    for grant in res.grants:
+        if grant.queue is QueueName.LOCAL:
+            totals[2] += grant.granted_work
+        elif grant.queue is QueueName.BEST_EFFORT:
+            totals[3] += grant.granted_work
 
 
 def _qos_used(res: CycleResult) -> float:
@@ -461,12 +576,13 @@ def _admit(
     schedulers: dict[str, ReplayingScheduler],
     ctl: ControllerCore,
     results: dict[str, _Outcome],
+    couplings: dict[str, CoupledJob],
 ) -> int:
     adm = gm.submit(spec, now)
     out = results[adm.job_id] = _Outcome(spec, adm)
     if not adm.admitted:
         return 0
-    return _start(out, adm, now, schedulers, ctl)
+    return _start(out, adm, now, schedulers, ctl, couplings)
 
 
 def _start(
@@ -475,10 +591,18 @@ def _start(
     now: float,
     schedulers: dict[str, ReplayingScheduler],
     ctl: ControllerCore,
+    couplings: dict[str, CoupledJob],
 ) -> int:
-    """Hand a placed job's subtasks to their nodes and the controller."""
+    """Hand a placed job's subtasks to their nodes and the controller (and a coupled
+    job's members to their exchanges)."""
     out.admission = adm
     spec = out.spec
+    if spec.coupling is not None and len(adm.subtasks) >= 2:
+        couplings[adm.job_id] = CoupledJob(
+            [Member(s.job_id, s.index, s.node, s.work, s.expected_rate) for s in adm.subtasks],
+            spec.coupling,
+            spec.wait,
+        )
     grid = spec.qos in (QosClass.STRICT, QosClass.LOOSE)
 
     def place(node: str, group: list[Subtask]) -> None:

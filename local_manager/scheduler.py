@@ -262,6 +262,9 @@ class LocalScheduler:
         self._entries: dict[Key, Entry] = {}
         self._waiting: dict[QueueName, dict[Key, Entry]] = {q: {} for q in _QUEUES}
         self._seq = 0
+        # Per entry, the most CPU (Mcycles) it can use in the next split (a coupled member
+        # that blocks at an exchange): set by :meth:`limit_demand`, usually empty.
+        self._demand_limits: Mapping[Key, float] = {}
 
     def _inputs_changed(self) -> None:
         """Something the split reads besides the work done changed: an entry was added,
@@ -426,7 +429,35 @@ class LocalScheduler:
                 e.clock.advance(real_time, 1.0, 0.0)
         self._inputs_changed()
 
+    def limit_demand(self, limits: Mapping[Key, float] | None) -> None:
+        """Hold each keyed entry's demand in the splits to come to at most its value
+        (Mcycles per cycle; ``None`` or empty: no limits): a coupled member that blocks
+        at an exchange uses no more than it can do before it, and its share goes to the
+        node's other work (the queues' and the water filling's own rules)."""
+        self._demand_limits = dict(limits) if limits else {}
+        self._inputs_changed()
+
     # ---------------------------------------------------------------------- cycle
+    def plan(self, real_time: float, cycle: float) -> Split:
+        """The first half of :meth:`step`: the split of the cycle of ``cycle`` s ending at
+        ``real_time`` (s), nothing booked (a driver that decides each entry's work done
+        from every node's grants, :mod:`global_manager.coupling`, books it with
+        :meth:`commit`). Waiting entries whose slot freed start here."""
+        if not math.isfinite(cycle) or cycle <= 0:
+            raise ValueError(f"cycle: must be a finite number of seconds > 0, got {cycle!r}")
+        return self._split(real_time, cycle)
+
+    def commit(
+        self,
+        real_time: float,
+        cycle: float,
+        split: Split,
+        measured: Mapping[Key, float] | None = None,
+    ) -> CycleResult:
+        """The second half of :meth:`step`: book ``split`` (from :meth:`plan` of the same
+        cycle) with ``measured`` as in :meth:`step`."""
+        return self._account(real_time, cycle, split, measured)
+
     def step(
         self,
         real_time: float,
@@ -467,6 +498,7 @@ class LocalScheduler:
         paced = self.config.virtual_mode is VirtualSubtaskMode.PACED
         released = 0.0  # QoS demand (Mcycles) the rate caps hold back this cycle
         uncapped: dict[Key, float] = {}  # demand of capped entries without cap
+        limits_of = self._demand_limits
         limits: list[tuple[Entry, Subtask, Key, float, float | None]] = []
         for e in entries:
             s = e.subtask
@@ -475,6 +507,10 @@ class LocalScheduler:
             per = full_cpu if cores == 1.0 else min(cores, node.cores) * node.speed_mhz * cycle
             left = s.work - s.done_work
             c = left if left < per else per
+            if limits_of:
+                lim = limits_of.get(e.key)
+                if lim is not None and lim < c:
+                    c = lim if lim > 0.0 else 0.0
             rate_cap = None
             if paced:
                 if s.rate_cap > 0:

@@ -33,7 +33,15 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 from pydantic_core import ErrorDetails
 
-from workloads.model import STANDARD_MHZ, JobSpec, Node, QosClass, SubtaskSpec, Workload
+from workloads.model import (
+    STANDARD_MHZ,
+    JobSpec,
+    Node,
+    QosClass,
+    SubtaskSpec,
+    WaitMode,
+    Workload,
+)
 from workloads.spec import SpecError, parse_job, seconds_to_mcycles
 from workloads.validation import Reason, Wording, check_fields, did_you_mean, fields_model
 
@@ -81,6 +89,14 @@ class PaperWorkloadParams:
     ``rate_per_weight`` is the grid's ``u_t`` (Mcycles/s per weight unit) it uses, which
     should be the simulator's (``SimConfig.rate_per_weight``).
 
+    Coupled members: with ``coupling`` (an exchange interval, s of nominal time) every
+    QoS job of two or more subtasks is coupled (:attr:`JobSpec.coupling`) and waits at
+    its exchanges as ``wait`` says; its members then run one span of nominal time, the
+    first member's drawn time (at its own expected rate, so under
+    ``calibration: literal`` the first member's reference seconds scaled by the weights),
+    as the components of one coupled application do. The draws are the same either way,
+    so ``coupling`` changes these jobs only.
+
     Local and best-effort flows (the paper says only that they exist): each a Poisson
     flow over the QoS flow's span ``[0, last QoS arrival]``. Local jobs: one flow per
     node, mean inter-arrival ``local_mean_interarrival`` or else ``lambda *
@@ -118,10 +134,14 @@ class PaperWorkloadParams:
     #: Also given as its value (``"literal"``).
     calibration: Annotated[Calibration, Field(strict=False)] = Calibration.EXPECTED
     rate_per_weight: _Positive = 25.0
+    coupling: _Positive | None = None
+    #: Also given as its value (``"block"``).
+    wait: Annotated[WaitMode, Field(strict=False)] = WaitMode.SPIN
 
     def __post_init__(self) -> None:
         checked = check_fields(self, _params_model(), _PARAMS_WORDING, "PaperWorkloadParams.")
         object.__setattr__(self, "calibration", checked["calibration"])
+        object.__setattr__(self, "wait", checked["wait"])
         for name in ("jobs_range", "window_range", "subtask_time_range", "speed_range",
                      "weight_range", "local_work_range", "best_effort_work_range"):
             low, high = getattr(self, name)
@@ -168,12 +188,15 @@ _PARAMS_WORDING = Wording(
         **{name: _finite("> 0") for name in (
             "mean_interarrival", "local_interarrival_factor", "local_mean_interarrival",
             "best_effort_interarrival_factor", "best_effort_mean_interarrival",
-            "rate_per_weight", "window_range[]", "subtask_time_range[]", "speed_range[]",
+            "rate_per_weight", "coupling", "window_range[]", "subtask_time_range[]",
+            "speed_range[]",
             "local_work_range[]", "best_effort_work_range[]")},
         **{name: _integer for name in ("nodes", "jobs", "jobs_range[]", "weight_range[]")},
         **{name: _pair for name in _RANGES},
         "strict_fraction": lambda err: f"must be a number in [0, 1], got {err['input']!r}",
         "calibration": lambda err: "must be one of " + ", ".join(c.value for c in Calibration)
+        + f", got {err['input']!r}",
+        "wait": lambda err: "must be one of " + ", ".join(w.value for w in WaitMode)
         + f", got {err['input']!r}",
     },
 )
@@ -270,6 +293,13 @@ def _grid_subtasks(
     return tuple(subs)
 
 
+def _one_span(subs: tuple[SubtaskSpec, ...]) -> tuple[SubtaskSpec, ...]:
+    """The subtasks of a coupled job, each with the first one's nominal time (work per
+    weight), keeping its own weight."""
+    per_weight = subs[0].work / subs[0].weight
+    return tuple(dataclasses.replace(s, work=per_weight * s.weight) for s in subs)
+
+
 def generate(params: PaperWorkloadParams | None = None, seed: int = 0) -> Workload:
     """The paper's workload for ``params`` (defaults: the paper's) and ``seed``.
 
@@ -299,13 +329,16 @@ def generate(params: PaperWorkloadParams | None = None, seed: int = 0) -> Worklo
         per_weight = p.rate_per_weight if p.calibration is Calibration.EXPECTED else None
         subs = _grid_subtasks(rng, p.nodes, p.subtask_time_range, p.weight_range, per_weight)
         qos = QosClass.STRICT if strict else QosClass.LOOSE
+        coupled = p.coupling is not None and len(subs) >= 2
         job = JobSpec(
             name=f"{qos.value}-{k:05d}",
             qos=qos,
-            subtasks=subs,
+            subtasks=_one_span(subs) if coupled else subs,
             overall_deviation=e_t if strict else None,
             asynchrony=a_t if strict else None,
             arrival=t,
+            coupling=p.coupling if coupled else None,
+            wait=p.wait if coupled else WaitMode.SPIN,
         )
         keyed.append(((t, 0, 0, k), job))
     horizon = qos_arrivals[-1]

@@ -58,6 +58,15 @@ class EndPolicy(str, Enum):
     FAIL = "fail"
 
 
+class WaitMode(str, Enum):
+    """What a member of a coupled job does while it waits at an exchange for its partners:
+    ``spin`` uses its CPU grant without progress (MPI's default busy polling), ``block``
+    uses nothing, so its share goes to other work on the node."""
+
+    SPIN = "spin"
+    BLOCK = "block"
+
+
 class QueueName(str, Enum):
     """The three queues of a local manager (``docs/model.md`` §3, "Local scheduler")."""
 
@@ -203,6 +212,18 @@ class JobSpec:
     #: (name, value) pairs every command of the job gets in its environment, over the
     #: rendezvous variables (a subtask's own ``env`` wins over these).
     env: tuple[tuple[str, str], ...] = ()
+    #: Coupled members (the simulator's model): they exchange every ``coupling`` s of
+    #: their nominal time (work over expected rate) and none passes an exchange before
+    #: all have reached it; ``None``: independent members.
+    coupling: float | None = None
+    #: What a coupled member does while it waits at an exchange.
+    wait: WaitMode = WaitMode.SPIN
+
+    def __post_init__(self) -> None:
+        c = self.coupling
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float))
+                              or not math.isfinite(c) or c <= 0):
+            raise ValueError(f"coupling: must be a finite number of seconds > 0, got {c!r}")
 
     def node_loss_policy(self) -> EndPolicy:
         """``on_node_loss``, or its default for this job's executors."""
