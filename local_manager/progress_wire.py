@@ -39,7 +39,7 @@ KEY_HEX = 32
 ADDR_ENV = "COALLOC_PROGRESS_ADDR"
 KEY_ENV = "COALLOC_PROGRESS_KEY"
 
-_KEY = re.compile(r"[0-9a-f]{%d}" % KEY_HEX)
+_KEY = re.compile(f"[0-9a-f]{{{KEY_HEX}}}")
 # A decimal number as C's %g or Python's repr print it; nothing else (no "1_000", no
 # hex floats, no surrounding blanks).
 _NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")

@@ -58,6 +58,26 @@ class EndPolicy(str, Enum):
     FAIL = "fail"
 
 
+class ProgressMode(str, Enum):
+    """What moves a process subtask's virtual clock: the CPU time it gets (``cpu``, the
+    default) or the progress its application reports (``reported``)."""
+
+    CPU = "cpu"
+    REPORTED = "reported"
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressSpec:
+    """A job's ``progress`` settings (the job file's ``progress``, ``progress_end`` and
+    ``stall_after``). ``end``: the application's total in its own unit when its reports
+    do not carry one; ``stall_after``: model s without a report after which a member is
+    ``stalled`` (None: no stall detection)."""
+
+    mode: ProgressMode = ProgressMode.REPORTED
+    end: float | None = None
+    stall_after: float | None = None
+
+
 class QueueName(str, Enum):
     """The three queues of a local manager (``docs/model.md`` §3, "Local scheduler")."""
 
@@ -197,6 +217,8 @@ class JobSpec:
     on_failure: EndPolicy = EndPolicy.FAIL
     #: Runs at most (the first one and its requeues) before a requeue becomes a failure.
     max_attempts: int = 3
+    #: How its process subtasks' clocks move (None: by CPU time, ``progress: cpu``).
+    progress: ProgressSpec | None = None
 
     def node_loss_policy(self) -> EndPolicy:
         """``on_node_loss``, or its default for this job's executors."""
@@ -241,6 +263,8 @@ class Subtask:
     start_time: float = 0.0
     finish_time: float | None = None
     command: tuple[str, ...] | None = None
+    #: Its job's progress settings (None: its clock moves by CPU time).
+    progress: ProgressSpec | None = None
 
     @property
     def key(self) -> tuple[str, int]:
