@@ -39,7 +39,8 @@ class Reporter:
     spent waiting, and the thread that sends them. ``clock``: seconds, for the waits."""
 
     __slots__ = ("addr", "key", "latest", "waiting", "wait_s", "_wait_began", "_sent",
-                 "_sock", "_stop", "_thread", "interval_s", "sent", "send_errors", "_lock")
+                 "_sock", "_stop", "_thread", "interval_s", "sent", "send_errors", "_lock",
+                 "wakeups")
 
     def __init__(self, addr: tuple[str, int], key: str,
                  interval_s: float = MIN_INTERVAL_S) -> None:
@@ -58,6 +59,7 @@ class Reporter:
         self._lock = threading.Lock()  # one flush at a time (the thread, atexit)
         self.sent = 0
         self.send_errors = 0
+        self.wakeups = 0  # the thread's looks at the latest value
 
     def start(self) -> None:
         if self._thread is None:
@@ -68,6 +70,7 @@ class Reporter:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.flush()
+            self.wakeups += 1
 
     def flush(self) -> bool:
         """Send the latest state if it changed since the last datagram; True if sent."""
