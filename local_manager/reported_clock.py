@@ -18,7 +18,7 @@ start) is below :data:`SLOW_RATIO` of the median of its partners' (:func:`slow_m
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from local_manager.progress_wire import DropReason, ProgressDatagram
 
@@ -48,6 +48,24 @@ class ReportedProgress:
         self.wait_s = 0.0
         self.waiting = False
         self.last_at: float | None = None  # model s of the last report accepted
+
+    def to_dict(self) -> dict[str, object]:
+        """Its state as JSON-able data (a local manager's checkpoint)."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> ReportedProgress:
+        """The tracker :meth:`to_dict` wrote (KeyError, TypeError, ValueError if not)."""
+        p = cls(_num(data["start"]), _opt(data["end"]), bool(data["needs_end"]))
+        p.t, p.t_end = _opt(data["t"]), _opt(data["t_end"])
+        p.reports = int(_num(data["reports"]))
+        dropped = data["dropped"]
+        if not isinstance(dropped, dict):
+            raise TypeError("dropped: not a mapping")
+        p.dropped = {str(k): int(_num(v)) for k, v in dropped.items()}
+        p.wait_s, p.waiting = _num(data["wait_s"]), bool(data["waiting"])
+        p.last_at = _opt(data["last_at"])
+        return p
 
     def drop(self, reason: DropReason) -> DropReason:
         self.dropped[reason.value] = self.dropped.get(reason.value, 0) + 1
@@ -100,6 +118,16 @@ class ReportedProgress:
         if f is None or now <= self.start:
             return None
         return f / (now - self.start)
+
+
+def _num(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"not a number: {value!r}")
+    return float(value)
+
+
+def _opt(value: object) -> float | None:
+    return None if value is None else _num(value)
 
 
 def reported_virtual_time(start: float, nominal_s: float, fraction: float) -> float:

@@ -80,7 +80,13 @@ from coallocator.messages import ProgressReport, ReweightCommand
 from global_manager.engine import apply_commands
 from local_manager.executor_records import CycleUsage, ExecutorRecord, ExecutorState
 from local_manager.exit_recorder import describe as describe_exit
-from local_manager.progress_wire import ADDR_ENV, KEY_ENV, DatagramError, DropReason
+from local_manager.progress_wire import (
+    ADDR_ENV,
+    KEY_ENV,
+    DatagramError,
+    DropReason,
+    parse_addr,
+)
 from local_manager.reported_clock import ReportedProgress, reported_work
 from local_manager.scheduler import CycleResult, LocalScheduler
 from runtime.config import ExecutorKind, RuntimeConfig
@@ -381,8 +387,10 @@ class NodeRuntime:
                             pass
                 elif self.scheduler.get(key) is not None:
                     d["virtual_time"] = self.scheduler.virtual_time(key)
+                if rec.progress is not None and rec.progress_key is not None:
+                    d["progress"] = dict(rec.progress.to_dict(), key=rec.progress_key)
                 subtasks.append(d)
-            return {
+            state: dict[str, Any] = {
                 "version": CHECKPOINT_VERSION,
                 "node": self.node.name,
                 "incarnation": self.incarnation,
@@ -390,6 +398,9 @@ class NodeRuntime:
                 "subtasks": subtasks,
                 "history": list(self._history.values())[-200:],
             }
+            if self._listener is not None:
+                state["progress_address"] = self._listener.address
+            return state
 
     def write_checkpoint(self) -> None:
         """Write :meth:`checkpoint_state` to the checkpoint file (if any), atomically. A
@@ -454,8 +465,41 @@ class NodeRuntime:
                 else:
                     self.scheduler.add(s, float(d["start"]))
                 self.scheduler.restore_clock(s.key, tv, float(data.get("boundary") or tv))
+                if "progress" in d:
+                    self._restore_progress(rec, d["progress"], data.get("progress_address"))
             self.counters["restored_subtasks"] += n
         return n
+
+    def _restore_progress(self, rec: _Record, saved: dict[str, Any],
+                          address: object) -> None:
+        """A re-attached subtask's reported progress, and the node's progress socket on
+        the port its processes know (a new port if it is taken: their reports are then
+        lost, counted in ``progress_socket_moved``)."""
+        try:
+            rec.progress = ReportedProgress.from_dict(saved)
+        except (KeyError, TypeError, ValueError):
+            return
+        rec.progress_key = str(saved.get("key") or "") or None
+        if rec.progress_key is None:
+            return
+        self._progress_keys[rec.progress_key] = rec.subtask.key
+        if self._listener is not None:
+            return
+        host, port = "127.0.0.1", 0
+        if isinstance(address, str):
+            try:
+                host, port = parse_addr(address)
+            except ValueError:
+                pass
+        try:
+            self._listener = ProgressListener(host, port)
+        except OSError:
+            self.counters["progress_socket_moved"] = 1
+            try:
+                self._listener = ProgressListener()
+            except OSError:
+                self.counters["progress_socket_errors"] = \
+                    self.counters.get("progress_socket_errors", 0) + 1
 
     # ----------------------------------------------------------------- entry points
     def submit(self, subtasks: list[Subtask], start: float) -> None:

@@ -5,15 +5,17 @@ subtask runs on; a silent member shows as stalled."""
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from clocks.base import ManualClock
 from coallocator.messages import ProgressReport
-from local_manager.executor_records import CycleUsage, ExecutorRecord, ExecutorState, LimitMode
+from local_manager.executor_records import CycleUsage, ExecutorState, LimitMode
 from local_manager.progress_wire import ADDR_ENV, KEY_ENV, encode, parse_addr
 from runtime.config import RuntimeConfig, runtime_core
 from runtime.node_runtime import NodeRuntime
@@ -50,8 +52,12 @@ class Burner:
         return CycleUsage(self._share, self._cycle_s, self._cycle_s, cpu, 0.0,
                           LimitMode.DUTY_CYCLE, ExecutorState.RUNNING, None)
 
-    def checkpoint(self) -> ExecutorRecord:
-        raise RuntimeError("not in these tests")
+    def checkpoint(self) -> Any:
+        class Record:
+            def to_dict(self) -> dict[str, Any]:
+                return {"tag": "t1", "pid": 4242}
+
+        return Record()
 
     def close(self) -> None: ...
 
@@ -65,13 +71,16 @@ class Sink:
         return True
 
 
-@pytest.fixture
-def node() -> Iterator[NodeRuntime]:
+def make() -> NodeRuntime:
     clock = ModelClock(ManualClock(0.0), TimeBase(0.0, 100.0))
     config = RuntimeConfig(runtime_core(cycle=Q), time_scale=100.0)
-    rt = NodeRuntime(Node("n0", 400.0), config, clock, Sink(), None, lambda o: None,
-                     incarnation=1,
-                     process_factory=lambda argv, speed, out: Burner())
+    return NodeRuntime(Node("n0", 400.0), config, clock, Sink(), None, lambda o: None,
+                       incarnation=1, process_factory=lambda argv, speed, out: Burner())
+
+
+@pytest.fixture
+def node() -> Iterator[NodeRuntime]:
+    rt = make()
     yield rt
     rt._close_all()
 
@@ -200,3 +209,27 @@ def test_the_real_process_gets_the_progress_environment(tmp_path: Path) -> None:
     finally:
         rt._own_processes = False  # no sweep of the machine's stale subtasks here
         rt._close_all()
+
+
+def test_a_restarted_manager_keeps_the_reports_and_the_address(tmp_path: Path) -> None:
+    rt = make()
+    rt.checkpoint = tmp_path / "lm.json"
+    env = start(rt, ProgressSpec(ProgressMode.REPORTED, end=100.0))
+    report(env, 20.0)
+    rt.tick(Q)
+    report(env, 10.0)  # backwards: counted on the subtask, kept across the restart
+    rt.tick(2 * Q)
+    data = json.loads(rt.checkpoint.read_text())
+    rt._close_all()  # the manager dies; its socket is closed with it
+    again = make()
+    try:
+        assert again.restore(data, attach=lambda record: Burner()) == 1
+        # The re-attached process still has its old environment: same address, same key.
+        assert again.progress_env(("j", 0)) == env
+        report(env, 30.0)
+        again.tick(3 * Q)
+        assert again.scheduler.virtual_time(("j", 0)) == pytest.approx(3000.0)
+        d = described(again)
+        assert d["progress_reports"] == 2 and d["progress_dropped"] == {"backwards": 1}
+    finally:
+        again._close_all()
