@@ -93,3 +93,20 @@ def test_slow_members_never_marks_the_fastest(rates: list[float | None]) -> None
     assert len(slow) == len(rates)
     if known:
         assert not slow[rates.index(max(known))]
+
+
+@given(st.lists(st.tuples(st.floats(0, 1e6), st.none() | st.floats(1e-3, 1e6),
+                          st.floats(0, 1e3)), max_size=6),
+       st.none() | st.floats(1e-3, 1e6), st.booleans())
+def test_a_tracker_survives_its_checkpoint(
+    reports: list[tuple[float, float | None, float]], end: float | None, needs_end: bool
+) -> None:
+    import json
+
+    p = ReportedProgress(start=5.0, end=end, needs_end=needs_end)
+    for k, (t, t_end, wait) in enumerate(reports):
+        p.accept(d(t, t_end, wait), 6.0 + k)
+    q = ReportedProgress.from_dict(json.loads(json.dumps(p.to_dict())))
+    assert q.to_dict() == p.to_dict()
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        ReportedProgress.from_dict({**p.to_dict(), "reports": "3"})
