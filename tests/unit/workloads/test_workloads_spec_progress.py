@@ -50,3 +50,10 @@ def test_a_split_job_cannot_report(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"j.yaml: progress: reported needs subtasks with a "
                                         r"command"):
         load_jobs(p)
+
+
+def test_the_example_job_file() -> None:
+    examples = Path(__file__).resolve().parents[3] / "examples"
+    (job,) = load_jobs(examples / "reported-progress.yaml")
+    assert job.progress == ProgressSpec(ProgressMode.REPORTED, 200.0, 120.0)
+    assert all(s.command for s in job.subtasks)
