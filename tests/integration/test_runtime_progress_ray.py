@@ -3,7 +3,8 @@ a ``progress: reported`` job whose members are real processes that report with
 ``coalloc.progress`` over the node's real UDP socket. The reported time, not CPU time,
 sets each member's virtual time (in ``status`` and in the phase log's ``mean_virtual``);
 bad datagrams (garbage, oversize, NaN, a foreign key, time going back) are dropped and
-counted in status while the members run on and complete."""
+counted in status while the members run on and complete; members that stop reporting
+show as stalled."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 from support import cli_status as status
-from support import deployed, wait_for
+from support import deployed, run_cli, wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.integration]
 
@@ -54,7 +55,7 @@ def test_a_reported_clock_drives_virtual_time_and_bad_datagrams_are_counted(
     cmd = [sys.executable, str(script), str(go)]
     job = {"name": "reported", "qos": "strict", "overall_deviation": 5000,
            "asynchrony": 5000, "progress": "reported", "progress_end": 100,
-           "stall_after": 100000,
+           "stall_after": 200,
            "subtasks": [{"work": 20, "command": cmd}, {"work": 20, "command": cmd}]}
     log = tmp_path / "phase.jsonl"
     with deployed(ray_cluster.address, log, "--time-scale", "100"):
@@ -75,7 +76,6 @@ def test_a_reported_clock_drives_virtual_time_and_bad_datagrams_are_counted(
             assert s["virtual_time"] == pytest.approx(s["start_time"] + 0.25 * nominal,
                                                       rel=1e-9)
             assert s["progress"] == pytest.approx(0.25) and s["state"] == "running"
-            assert s["stalled"] is False
         expected = j["subtasks"][0]["start_time"] + 0.25 * (
             j["subtasks"][0]["work"] / j["subtasks"][0]["expected_rate"])
 
@@ -96,6 +96,15 @@ def test_a_reported_clock_drives_virtual_time_and_bad_datagrams_are_counted(
                     and r["mean_virtual"] == pytest.approx(expected, rel=1e-9)]
 
         assert wait_for(logged, timeout=30)
+
+        # Held at a quarter, the members send nothing new: stalled after stall_after.
+        def stalled() -> Any:
+            (j,) = status(capsys, ray_cluster.address, job_id)["jobs"]
+            return all(s.get("stalled") for s in j["subtasks"])
+
+        wait_for(stalled, timeout=60)
+        code, out, _ = run_cli(capsys, "status", "--address", ray_cluster.address, job_id)
+        assert code == 0 and out.count("running (stalled)") == 2
         go.write_text("")
 
         def at_a_half() -> Any:
