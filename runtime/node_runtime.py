@@ -72,7 +72,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -148,8 +148,10 @@ class SubtaskProcess(Protocol):
     def close(self) -> None: ...
 
 
-#: ``process_factory(argv, speed_mhz, output)``: a process subtask's executor, not started.
-ProcessFactory = Callable[[tuple[str, ...], float, Path | None], SubtaskProcess]
+#: ``process_factory(argv, speed_mhz, output, env)``: a process subtask's executor, not
+#: started; ``env``: what its environment gets on top of this process's (the rendezvous).
+ProcessFactory = Callable[
+    [tuple[str, ...], float, Path | None, tuple[tuple[str, str], ...]], SubtaskProcess]
 
 FinishFn = Callable[[SubtaskOutcome], None]
 
@@ -283,7 +285,7 @@ class NodeRuntime:
 
     def _real_process(
         self, argv: tuple[str, ...], speed_mhz: float, output: Path | None,
-        env: Mapping[str, str] | None = None,
+        env: tuple[tuple[str, str], ...] = (),
     ) -> SubtaskProcess:
         return _default_process_factory(argv, speed_mhz, output, restart_file=self.checkpoint,
                                         env=env)
@@ -867,13 +869,11 @@ class NodeRuntime:
                 out = self.output_dir / f"{s.job_id}-{s.index}.log"
             executor = None
             failure: str | None = None
-            env = self._open_progress(rec, b)
+            # Where and with which key it reports its progress.
+            env = tuple(self._open_progress(rec, b).items())
             try:
-                if self._own_processes:
-                    executor = self._real_process(tuple(s.command), self.node.speed_mhz, out,
-                                                  env=env)
-                else:
-                    executor = self._process_factory(tuple(s.command), self.node.speed_mhz, out)
+                executor = self._process_factory(
+                    tuple(s.command), self.node.speed_mhz, out, env)
                 executor.start()
             except (ValueError, OSError) as exc:
                 # It will never progress: it leaves at the next boundary, reported done.
@@ -1000,15 +1000,15 @@ def _subtask_dict(placed: Subtask, live: Subtask) -> dict[str, Any]:
 
 def _default_process_factory(
     argv: tuple[str, ...], speed_mhz: float, output: Path | None,
-    restart_file: Path | None = None, env: Mapping[str, str] | None = None,
+    restart_file: Path | None = None, env: tuple[tuple[str, str], ...] = (),
 ) -> SubtaskProcess:
     """A real process subtask; ``restart_file``: its node's checkpoint (None: none);
-    ``env``: variables added to the environment it inherits."""
+    ``env``: added to this process's environment (none: it is inherited as it is)."""
     import os
 
     from local_manager.process_executor import ProcessExecutor
 
     return ProcessExecutor(
         list(argv), speed_mhz=speed_mhz, stdout=output, stderr=output, grace_s=1.0,
-        restart_file=restart_file, env={**os.environ, **env} if env else None,
+        restart_file=restart_file, env={**os.environ, **dict(env)} if env else None,
     )

@@ -71,11 +71,19 @@ class Sink:
         return True
 
 
-def make() -> NodeRuntime:
+def make(envs: list[tuple[tuple[str, str], ...]] | None = None) -> NodeRuntime:
+    """A node whose process subtasks are burners; ``envs``: each one's environment."""
     clock = ModelClock(ManualClock(0.0), TimeBase(0.0, 100.0))
     config = RuntimeConfig(runtime_core(cycle=Q), time_scale=100.0)
+
+    def factory(argv: tuple[str, ...], speed: float, out: Path | None,
+                env: tuple[tuple[str, str], ...] = ()) -> Burner:
+        if envs is not None:
+            envs.append(env)
+        return Burner()
+
     return NodeRuntime(Node("n0", 400.0), config, clock, Sink(), None, lambda o: None,
-                       incarnation=1, process_factory=lambda argv, speed, out: Burner())
+                       incarnation=1, process_factory=factory)
 
 
 @pytest.fixture
@@ -190,24 +198,14 @@ def test_a_cancelled_subtask_key_no_longer_reports(node: NodeRuntime) -> None:
     assert node.counters["progress_dropped_bad_key"] == 1
 
 
-def test_the_real_process_gets_the_progress_environment(tmp_path: Path) -> None:
-    clock = ModelClock(ManualClock(0.0), TimeBase(0.0, 100.0))
-    config = RuntimeConfig(runtime_core(cycle=Q), time_scale=100.0)
-    rt = NodeRuntime(Node("n0", 400.0), config, clock, Sink(), None, lambda o: None,
-                     incarnation=1)
-    made: list[dict[str, str] | None] = []
-
-    def real(argv: tuple[str, ...], speed: float, out: Path | None,
-             env: dict[str, str] | None = None) -> Burner:
-        made.append(env)
-        return Burner()
-
-    rt._real_process = real  # type: ignore[method-assign]
+def test_the_process_gets_the_progress_environment() -> None:
+    envs: list[tuple[tuple[str, str], ...]] = []
+    rt = make(envs)
     try:
-        start(rt, None)
-        assert made == [rt.progress_env(("j", 0))]
+        env = start(rt, None)
+        assert envs == [tuple(env.items())]
+        assert len(env[KEY_ENV]) == 32 and env[ADDR_ENV].startswith("127.0.0.1:")
     finally:
-        rt._own_processes = False  # no sweep of the machine's stale subtasks here
         rt._close_all()
 
 

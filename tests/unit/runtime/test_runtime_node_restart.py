@@ -70,7 +70,8 @@ def test_a_synthetic_subtask_resumes_from_its_checkpoint(tmp_path: Path) -> None
 def test_a_process_subtask_is_reattached_not_restarted(tmp_path: Path) -> None:
     made: list[FakeExecutor] = []
 
-    def factory(argv: tuple[str, ...], speed: float, out: Path | None) -> FakeExecutor:
+    def factory(argv: tuple[str, ...], speed: float, out: Path | None,
+                env: tuple[tuple[str, str], ...] = ()) -> FakeExecutor:
         made.append(Recordable(argv, cycles=4))
         return made[-1]
 
@@ -122,7 +123,7 @@ def test_a_reattached_command_ends_as_its_exit_status_says(
     # The re-attached executor reports what the exit recorder wrote (or that nothing was
     # written): a failed command fails its subtask, never "finished" by default.
     node = Node("n0", 400.0)
-    rt, _, _, _ = make(node, lambda argv, speed, out: Recordable(argv, cycles=4))
+    rt, _, _, _ = make(node, lambda argv, speed, out, env: Recordable(argv, cycles=4))
     rt.checkpoint = tmp_path / "lm.json"
     rt.submit([subtask("j3", command=("prog",))], start=0.0)
     rt.tick(0.0)

@@ -107,7 +107,8 @@ def make(node: Node, factory: Any = None) -> tuple[NodeRuntime, Sink, Commands,
 def test_process_subtask_share_measured_work_and_virtual_clock() -> None:
     made: list[FakeExecutor] = []
 
-    def factory(argv: tuple[str, ...], speed: float, out: Path | None) -> FakeExecutor:
+    def factory(argv: tuple[str, ...], speed: float, out: Path | None,
+                env: tuple[tuple[str, str], ...] = ()) -> FakeExecutor:
         made.append(FakeExecutor(argv))
         return made[-1]
 
@@ -140,7 +141,8 @@ def test_process_subtask_share_measured_work_and_virtual_clock() -> None:
 
 
 def test_failed_and_unstartable_commands() -> None:
-    def factory(argv: tuple[str, ...], speed: float, out: Path | None) -> FakeExecutor:
+    def factory(argv: tuple[str, ...], speed: float, out: Path | None,
+                env: tuple[tuple[str, str], ...] = ()) -> FakeExecutor:
         if argv[0] == "missing":
             raise ValueError("argv[0]: 'missing': no such executable on PATH")
         return FakeExecutor(argv, cycles=1, exit_code_at_end=3)
@@ -163,7 +165,8 @@ def test_failed_and_unstartable_commands() -> None:
 def test_commands_late_starts_and_cancel() -> None:
     made: list[FakeExecutor] = []
 
-    def factory(argv: tuple[str, ...], speed: float, out: Path | None) -> FakeExecutor:
+    def factory(argv: tuple[str, ...], speed: float, out: Path | None,
+                env: tuple[tuple[str, str], ...] = ()) -> FakeExecutor:
         made.append(FakeExecutor(argv, cycles=10**6))
         return made[-1]
 
