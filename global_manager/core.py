@@ -471,6 +471,7 @@ class GlobalManagerCore:
                     weight=p.rates[i],
                     demand=(src.demand if src and src.demand else Demand()),
                     command=src.command if src else None,
+                    progress=spec.progress,
                     start_time=now,
                     rate_cap=initial_rate_cap(
                         self.policy.controller_config,

@@ -405,7 +405,8 @@ class LocalManagerActor:
         rep = self.runtime.report(asked)
         alive = rep.loop_running and self._thread.is_alive()
         self.metrics.update(dict(rep.counters),
-                            sum(1 for s in rep.subtasks if s.state is SubtaskPhase.RUNNING))
+                            sum(1 for s in rep.subtasks if s.state is SubtaskPhase.RUNNING),
+                            sum(1 for s in rep.subtasks if s.stalled))
         return dataclasses.replace(rep, loop_running=alive, transport={
             "sender": dict(self.sender.counters()),
             "subscriber": dict(self.subscriber.counters()),
@@ -421,7 +422,8 @@ class LocalManagerActor:
             "subscriber": dict(self.subscriber.counters()),
         }
         running = sum(1 for s in snap.get("subtasks", []) if s["state"] == "running")
-        self.metrics.update(snap.get("counters", {}), running)
+        stalled = sum(1 for s in snap.get("subtasks", []) if s.get("stalled"))
+        self.metrics.update(snap.get("counters", {}), running, stalled)
         return snap
 
     def shutdown(self) -> bool:

@@ -26,6 +26,8 @@ from typing import Any
 
 #: The prefix Ray puts before the name of every application metric it exports.
 RAY_PREFIX = "ray_"
+#: A local manager's counters of dropped progress datagrams: this prefix, then the reason.
+PROGRESS_DROPPED = "progress_dropped_"
 
 
 class MetricKind(str, Enum):
@@ -120,6 +122,13 @@ METRICS: tuple[MetricDef, ...] = (
               "Progress reports a local manager dropped (send queue full)."),
     MetricDef("coalloc_node_subtasks", _GAUGE, _L, ("node",), "subtasks",
               "Subtasks running on a node."),
+    MetricDef("coalloc_stalled_subtasks", _GAUGE, _L, ("node",), "subtasks",
+              "Subtasks on a node whose reported progress stalled (no report within their "
+              "job's stall_after)."),
+    MetricDef("coalloc_progress_reports", _COUNTER, _L, ("node",), "datagrams",
+              "Progress datagrams a local manager accepted from its subtasks."),
+    MetricDef("coalloc_progress_dropped", _COUNTER, _L, ("node", "reason"), "datagrams",
+              "Progress datagrams a local manager dropped, by reason (docs/wire.md)."),
     MetricDef("coalloc_pending_jobs", _GAUGE, _G, (), "jobs",
               "Jobs in the pending queue (queue length)."),
     MetricDef("coalloc_running_jobs", _GAUGE, _G, (), "jobs", "Jobs running."),
@@ -236,12 +245,19 @@ class RayNodeMetrics:
         self.m = _build(Component.LOCAL_MANAGER)
         self._last: dict[str, int] = {}
 
-    def update(self, counters: Mapping[str, int], running: int) -> None:
+    def update(self, counters: Mapping[str, int], running: int, stalled: int = 0) -> None:
         tags = {"node": self.node}
         for key, name in (("reports_sent", "coalloc_node_reports_sent"),
-                          ("reports_dropped", "coalloc_node_reports_send_dropped")):
+                          ("reports_dropped", "coalloc_node_reports_send_dropped"),
+                          ("progress_received", "coalloc_progress_reports")):
             _add_growth(self.m[name], self._last, key, int(counters.get(key, 0)), tags)
+        for key, total in counters.items():
+            if key.startswith(PROGRESS_DROPPED):
+                reason = key[len(PROGRESS_DROPPED):]
+                _add_growth(self.m["coalloc_progress_dropped"], self._last, key, int(total),
+                            {"node": self.node, "reason": reason})
         self.m["coalloc_node_subtasks"].set(float(running), tags=tags)
+        self.m["coalloc_stalled_subtasks"].set(float(stalled), tags=tags)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, WithJsonSchema
 
+from local_manager.reported_clock import slow_members
 from runtime.jobs import JobInfo
 from runtime.metrics import QueueGauges
-from workloads.messages import NodeReport, SubtaskPhase, SubtaskReport
+from workloads.messages import PROGRESS_FIELDS, NodeReport, SubtaskPhase, SubtaskReport
 from workloads.model import JobPhase, Node, QosClass
 
 if TYPE_CHECKING:
@@ -75,7 +76,13 @@ class SubtaskRecord(Document):
     (``state``, ``finish_time``, ``exit_code``, ``reason``: set once it ended, or in
     status from its last report); in status also its node's live figures (each set,
     None where not reported yet), the controller's virtual time and done flag while the
-    run is tracked, and ``progress`` (0..1; None for a process subtask still running)."""
+    run is tracked, and ``progress`` (0..1; None for a process subtask still running
+    that reports none). A subtask whose application reports its progress
+    (``docs/coupled.md``, "Progress") also has ``reported_time``, ``reported_end``,
+    ``reported_fraction`` (then its ``progress``), ``reported_rate``,
+    ``progress_reports``, ``progress_dropped`` (by reason), ``wait_s``, ``waiting`` and
+    ``stalled`` (no report within the job's ``stall_after``, or a reported rate far
+    below its partners')."""
 
     index: int
     node: str
@@ -98,6 +105,15 @@ class SubtaskRecord(Document):
     controller_virtual_time: Number | None = None
     controller_done: bool | None = None
     progress: Number | None = None
+    reported_time: Number | None = None
+    reported_end: Number | None = None
+    reported_fraction: Number | None = None
+    reported_rate: Number | None = None
+    progress_reports: int | None = None
+    progress_dropped: dict[str, int] | None = None
+    wait_s: Number | None = None
+    waiting: bool | None = None
+    stalled: bool | None = None
 
 
 class JobRecord(Document):
@@ -653,6 +669,10 @@ def with_live(sub: SubtaskRecord, live: SubtaskReport | None) -> dict[str, objec
         value = getattr(live, key)
         if value is not None or key not in sub.model_fields_set:
             out[key] = value
+    for key in PROGRESS_FIELDS:  # only where the subtask has reported progress
+        value = getattr(live, key)
+        if value is not None:
+            out[key] = value
     if sub.state is None:
         out["state"] = live.state
     if sub.exit_code is None and live.exit_code is not None:
@@ -665,6 +685,8 @@ def with_live(sub: SubtaskRecord, live: SubtaskReport | None) -> dict[str, objec
 def _progress(sub: SubtaskRecord) -> float | None:
     if sub.state is SubtaskPhase.FINISHED:
         return 1.0
+    if sub.reported_fraction is not None:
+        return float(sub.reported_fraction)
     if sub.executor == "synthetic" and sub.work:
         return min(1.0, float(sub.done_work or 0.0) / float(sub.work))
     return None
@@ -675,6 +697,18 @@ TRACKED_FIGURES = ("phase_difference", "max_phase_difference", "window_violation
                    "mean_virtual", "window", "rate_caps")
 CLOSED_FIGURES = ("mean_phase_difference", "max_phase_difference", "completion_skew",
                   "turnaround", "window_violation_fraction")
+
+
+def _mark_slow(subs: list[SubtaskRecord]) -> None:
+    """A running member whose reported rate is far below its partners' is ``stalled``
+    (:func:`local_manager.reported_clock.slow_members`)."""
+    if sum(s.reported_rate is not None for s in subs) < 2:
+        return
+    rates = [float(s.reported_rate) if s.reported_rate is not None
+             and s.state is SubtaskPhase.RUNNING else None for s in subs]
+    for sub, slow in zip(subs, slow_members(rates)):
+        if slow:
+            sub.stalled = True
 
 
 def job_status(
@@ -697,6 +731,7 @@ def job_status(
         sub = s.model_copy(update=update)
         sub.progress = _progress(sub)  # set on the copy: it counts as set
         subs.append(sub)
+    _mark_slow(subs)
     figures: dict[str, object] = {"subtasks": subs}
     if view is not None:
         for key in CLOSED_FIGURES if view.closed else TRACKED_FIGURES:

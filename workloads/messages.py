@@ -123,6 +123,11 @@ class SubtaskOutcome:
     reason: str = ""
 
 
+#: The fields of a :class:`SubtaskReport` that its application's reported progress sets.
+PROGRESS_FIELDS = ("reported_time", "reported_end", "reported_fraction", "reported_rate",
+                   "progress_reports", "progress_dropped", "wait_s", "waiting", "stalled")
+
+
 @dataclass(frozen=True, slots=True)
 class SubtaskReport:
     """One subtask as its local manager reports it to the global manager's
@@ -134,7 +139,14 @@ class SubtaskReport:
     subtask): ``start_time`` (model s of its start boundary), ``weight`` and
     ``virtual_weight`` (Mcycles/s, the local scheduler's), ``virtual_time`` (model s,
     its virtual clock), and for a process subtask ``share`` (of a core), ``pid`` and
-    ``cpu_s`` (CPU s its processes used)."""
+    ``cpu_s`` (CPU s its processes used).
+
+    Progress its application reported (``docs/coupled.md``, "Progress"; None: it has
+    reported none): ``reported_time`` and ``reported_end`` (its own unit),
+    ``reported_fraction`` (0..1), ``reported_rate`` (fraction per model s since its
+    start), ``progress_reports`` accepted and ``progress_dropped`` by reason, ``wait_s``
+    (s it spent waiting at exchanges) and ``waiting``; ``stalled`` (``progress:
+    reported`` with ``stall_after``: no report for that long)."""
 
     run_id: str
     index: int
@@ -150,6 +162,15 @@ class SubtaskReport:
     share: float | None = None
     pid: int | None = None
     cpu_s: float | None = None
+    reported_time: float | None = None
+    reported_end: float | None = None
+    reported_fraction: float | None = None
+    reported_rate: float | None = None
+    progress_reports: int | None = None
+    progress_dropped: dict[str, int] | None = None
+    wait_s: float | None = None
+    waiting: bool | None = None
+    stalled: bool | None = None
 
     @property
     def key(self) -> tuple[str, int]:

@@ -65,6 +65,24 @@ class WaitMode(str, Enum):
 
     SPIN = "spin"
     BLOCK = "block"
+class ProgressMode(str, Enum):
+    """What moves a process subtask's virtual clock: the CPU time it gets (``cpu``, the
+    default) or the progress its application reports (``reported``)."""
+
+    CPU = "cpu"
+    REPORTED = "reported"
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressSpec:
+    """A job's ``progress`` settings (the job file's ``progress``, ``progress_end`` and
+    ``stall_after``). ``end``: the application's total in its own unit when its reports
+    do not carry one; ``stall_after``: model s without a report after which a member is
+    ``stalled`` (None: no stall detection)."""
+
+    mode: ProgressMode = ProgressMode.REPORTED
+    end: float | None = None
+    stall_after: float | None = None
 
 
 class QueueName(str, Enum):
@@ -224,6 +242,8 @@ class JobSpec:
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float))
                               or not math.isfinite(c) or c <= 0):
             raise ValueError(f"coupling: must be a finite number of seconds > 0, got {c!r}")
+    #: How its process subtasks' clocks move (None: by CPU time, ``progress: cpu``).
+    progress: ProgressSpec | None = None
 
     def node_loss_policy(self) -> EndPolicy:
         """``on_node_loss``, or its default for this job's executors."""
@@ -272,6 +292,8 @@ class Subtask:
     #: rendezvous variables and the job file's ``env`` (set at dispatch). Holds the
     #: run's key-value credential: never shown (no repr).
     env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    #: Its job's progress settings (None: its clock moves by CPU time).
+    progress: ProgressSpec | None = None
 
     @property
     def key(self) -> tuple[str, int]:

@@ -14,6 +14,9 @@ The keys are the user-facing contract (more may be added; these keep their meani
     on_failure: fail         # optional: fail | requeue, when a subtask's process fails
     max_attempts: 3          # optional: runs at most, requeues included
     env: {OMP_NUM_THREADS: 1} # optional: every command's environment (docs/coupled.md)
+    progress: cpu            # optional: cpu | reported (what moves a command's clock)
+    progress_end: 1000       # optional, reported only: the application's total
+    stall_after: 60          # optional, reported only, s: no report this long -> stalled
     subtasks:                # never more subtasks than nodes (checked at submission)
       - {work: 1800, weight: 1}
       - {work: 3600, weight: 2, demand: {cpu: 1, memory_mb: 512, io_mbps: 5}}
@@ -57,7 +60,16 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, ValidationError
 
 from workloads.errors import UserError, escape_controls, is_unprintable
-from workloads.model import STANDARD_MHZ, Demand, EndPolicy, JobSpec, QosClass, SubtaskSpec
+from workloads.model import (
+    STANDARD_MHZ,
+    Demand,
+    EndPolicy,
+    JobSpec,
+    ProgressMode,
+    ProgressSpec,
+    QosClass,
+    SubtaskSpec,
+)
 from workloads.validation import (
     STRICT,
     Reason,
@@ -274,6 +286,9 @@ class _Job(BaseModel):
     on_failure: _Policy | None = None
     max_attempts: Annotated[int, Field(ge=1)] | None = None
     env: _Env | None = None
+    progress: Literal["cpu", "reported"] | None = None
+    progress_end: _Positive | None = None
+    stall_after: _Positive | None = None
 
 
 #: Keys of a job mapping. ``node`` is accepted only for ``local`` jobs (generators,
@@ -318,6 +333,8 @@ _WORDING = Wording(
         "qos": _when(("literal_error",), lambda v: one_of(v, [q.value for q in SUBMITTABLE_QOS])),
         "on_node_loss": _when(("literal_error",), lambda v: one_of(v, _POLICIES)),
         "on_failure": _when(("literal_error",), lambda v: one_of(v, _POLICIES)),
+        "progress": _when(("literal_error",),
+                          lambda v: one_of(v, [m.value for m in ProgressMode])),
         "node": _when(_TYPE, lambda v: f"a local job needs its node name, got {v!r}"),
         "priority": _when(_TYPE, lambda v: f"must be an integer (higher first), got "
                                            f"{type_name(v)} {v!r}"),
@@ -346,7 +363,7 @@ _WORDING = Wording(
     },
     units={
         **{key: " s" for key in ("overall_deviation", "asynchrony", "duration", "arrival",
-                                 "work", "max_wait", "subtasks[].work")},
+                                 "work", "max_wait", "subtasks[].work", "stall_after")},
         "subtasks[].demand.cpu": " cores",
         "subtasks[].demand.memory_mb": " MB",
         "subtasks[].demand.io_mbps": " MB/s",
@@ -504,6 +521,7 @@ def parse_job(
         )
     if qos is QosClass.LOCAL and (len(subtasks) != 1 or parallelism is not None):
         raise SpecError(src, f("subtasks"), "a local job runs on one node: exactly one subtask")
+    progress = _progress_spec(m, subtasks, src, f)
 
     return JobSpec(
         name=m.name,
@@ -524,7 +542,29 @@ def parse_job(
         on_failure=EndPolicy(m.on_failure) if m.on_failure is not None else EndPolicy.FAIL,
         max_attempts=m.max_attempts if m.max_attempts is not None else 3,
         env=tuple((m.env or {}).items()),
+        progress=progress,
     )
+
+
+def _progress_spec(
+    m: _Job, subtasks: tuple[SubtaskSpec, ...], src: str, f: Callable[[str], str]
+) -> ProgressSpec | None:
+    """The job's progress settings (None: ``progress: cpu``, the default)."""
+    reported = m.progress == ProgressMode.REPORTED.value
+    for key in ("progress_end", "stall_after"):
+        if getattr(m, key) is not None and not reported:
+            raise SpecError(src, f(key), "only with progress: reported (the clock moves by "
+                            "the progress the application reports)")
+    if not reported:
+        return None
+    if not subtasks:
+        raise SpecError(src, f("progress"), "reported needs subtasks with a command "
+                        "(work/parallelism jobs run no program to report)")
+    for i, s in enumerate(subtasks):
+        if s.command is None:
+            raise SpecError(src, f(f"subtasks[{i}].command"), "missing: progress: reported "
+                            "needs every subtask to run a command that reports")
+    return ProgressSpec(ProgressMode.REPORTED, m.progress_end, m.stall_after)
 
 
 def job_to_dict(job: JobSpec) -> dict[str, Any]:
@@ -560,6 +600,12 @@ def job_to_dict(job: JobSpec) -> dict[str, Any]:
         out["max_attempts"] = job.max_attempts
     if job.env:
         out["env"] = dict(job.env)
+    if job.progress is not None:
+        out["progress"] = job.progress.mode.value
+        if job.progress.end is not None:
+            out["progress_end"] = job.progress.end
+        if job.progress.stall_after is not None:
+            out["stall_after"] = job.progress.stall_after
     if job.subtasks:
         subs: list[dict[str, Any]] = []
         for s in job.subtasks:

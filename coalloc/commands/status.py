@@ -166,7 +166,9 @@ def render(st: StatusDocument, detail: bool = False) -> str:
                      "VIRTUAL W", "PID", "EXIT"),
                     [
                         (
-                            s.index, s.node, s.executor, s.state.value if s.state else "-",
+                            s.index, s.node, s.executor,
+                            (s.state.value if s.state else "-")
+                            + (" (stalled)" if s.stalled else ""),
                             "-" if s.progress is None else f"{100 * s.progress:.0f}%",
                             s.virtual_time, s.weight, s.virtual_weight, s.pid, s.exit_code,
                         )

@@ -325,7 +325,8 @@ function renderJob(job) {
     const swatch = cell(row, String(s.index));
     swatch.style.borderLeft = "6px solid " + COLOURS[i % COLOURS.length];
     cell(row, s.node);
-    cell(row, s.state || "–");
+    // A member whose reported progress stalled (docs/coupled.md, "Progress").
+    cell(row, (s.state || "–") + (s.stalled ? " (stalled)" : ""));
     cell(row, s.progress === null || s.progress === undefined ? "–"
       : (100 * s.progress).toFixed(0) + "%", "num");
     cell(row, fmt(virtualTimes(job)[i]), "num");

@@ -83,6 +83,23 @@ def test_node_metrics(recorders: dict[str, Any]) -> None:
                                                         ("set", 1.0, {"node": "n0"})]
 
 
+def test_node_progress_metrics(recorders: dict[str, Any]) -> None:
+    from runtime.metrics import RayNodeMetrics
+
+    m = RayNodeMetrics("n0")
+    m.update({"progress_received": 5, "progress_dropped_backwards": 0,
+              "progress_dropped_bad_key": 2}, running=1, stalled=1)
+    m.update({"progress_received": 7, "progress_dropped_backwards": 1,
+              "progress_dropped_bad_key": 2}, running=1, stalled=0)
+    assert recorders["coalloc_progress_reports"].calls == [("inc", 5, {"node": "n0"}),
+                                                           ("inc", 2, {"node": "n0"})]
+    assert recorders["coalloc_progress_dropped"].calls == [
+        ("inc", 2, {"node": "n0", "reason": "bad_key"}),
+        ("inc", 1, {"node": "n0", "reason": "backwards"})]
+    assert recorders["coalloc_stalled_subtasks"].calls == [("set", 1.0, {"node": "n0"}),
+                                                           ("set", 0.0, {"node": "n0"})]
+
+
 def test_controller_metrics_windows_deviation_caps_and_a_gap_for_an_ended_job(
     recorders: dict[str, Any]
 ) -> None:
