@@ -24,8 +24,9 @@ Its settings come from the environment (a job file's ``env``, the job's or a sub
 
 It reports its step through ``coalloc.progress`` where that module exists, and marks its
 waits with ``coalloc.progress.waiting()``. Each member prints, and puts in the store as
-``stencil.stats.<rank>``, its CPU spent computing and waiting. Run alone (outside
-coalloc) it is one member that owns every cell. Needs numpy and pyzmq.
+``stencil.stats.<rank>``, its CPU spent computing and waiting, and when its steps began
+and ended (epoch s). Run alone (outside coalloc) it is one member that owns every cell.
+Needs numpy and pyzmq.
 """
 
 from __future__ import annotations
@@ -245,6 +246,7 @@ def run(environ: dict[str, str] | os._Environ[str]) -> int:
     block = initial(s.cells)[slice(*bounds(s.cells, members, rank))]
     per_step_s = s.cost * s.unit_ms / 1000.0
     compute_cpu = 0.0
+    started = time.time()
     for step in range(s.steps):
         cpu = time.process_time()
         burn(per_step_s)
@@ -267,7 +269,8 @@ def run(environ: dict[str, str] | os._Environ[str]) -> int:
         me.send(0, _FINAL, block.astype("<f8").tobytes())
     stats = {"rank": rank, "members": members, "steps": s.steps, "cost": s.cost,
              "wait": s.wait, "compute_cpu_s": round(compute_cpu, 4),
-             "wait_cpu_s": round(me.wait_cpu_s, 4), "wait_wall_s": round(me.wait_wall_s, 4)}
+             "wait_cpu_s": round(me.wait_cpu_s, 4), "wait_wall_s": round(me.wait_wall_s, 4),
+             "started": round(started, 3), "ended": round(time.time(), 3)}
     print("stencil stats " + json.dumps(stats, sort_keys=True), flush=True)
     if inside and environ.get("COALLOC_KV_URL"):
         coalloc.job.put(f"stencil.stats.{rank}", json.dumps(stats, sort_keys=True))
