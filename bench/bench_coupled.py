@@ -26,9 +26,11 @@ emulated nodes, beside a best-effort CPU-bound job with a member on every node, 
 under ``strict`` and once under ``sq``, and prints ``sq``'s figures as ratios to
 ``strict``'s: the stencil's wall time (target <= 1.05), the best-effort members' CPU
 while the stencil ran (>= 1.3), the two fast members' CPU spent waiting (<= 0.2), and
-each run's mean phase difference from its summary.
+each run's mean phase difference from its summary. The stencil's clock is its reported
+step (``progress: reported``) where this coalloc has ``coalloc.progress``, else its CPU
+time (``--progress cpu|reported`` chooses).
 Usage: ``python3 bench/bench_coupled.py [--small] [--jobs N] [--workers N] [--wait W]``
-or ``python3 bench/bench_coupled.py --live [--wait W] [--steps N]``.
+or ``python3 bench/bench_coupled.py --live [--wait W] [--steps N] [--progress P]``.
 """
 
 from __future__ import annotations
@@ -147,12 +149,23 @@ print("burn", repr(time.time()), repr(time.process_time()), flush=True)
 CLI = "import sys; from coalloc.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
-def _live_jobs(wait: str, steps: int, stop: Path) -> list[dict[str, Any]]:
+def _reported_progress() -> bool:
+    """Whether this coalloc has reported progress (``coalloc.progress``)."""
+    try:
+        import coalloc.progress  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _live_jobs(wait: str, steps: int, stop: Path, progress: str) -> list[dict[str, Any]]:
     import yaml
 
     stencil: dict[str, Any] = yaml.safe_load(
         (ROOT / "examples" / "coupled-stencil.yaml").read_text())
     stencil["env"].update(STENCIL_WAIT=wait, STENCIL_STEPS=steps)
+    if progress == "reported":
+        stencil["progress"] = "reported"
     for sub in stencil["subtasks"]:
         sub["command"] = [sys.executable, str(ROOT / "examples/coupled-stencil/stencil.py")]
     burner = {"name": "burner", "qos": "best_effort", "env": {"BURN_STOP": str(stop)},
@@ -173,12 +186,12 @@ def _cpu_at(samples: list[tuple[float, float]], t: float) -> float:
     return c0 + (c1 - c0) * (t - w0) / (w1 - w0) if w1 > w0 else c1
 
 
-def live_run(policy: str, wait: str, steps: int, work: Path,
+def live_run(policy: str, wait: str, steps: int, progress: str, work: Path,
              timeout: float = 900.0) -> dict[str, float | None]:
     """One ``coalloc run`` of the stencil beside the burner under ``policy``."""
     home, out, stop = work / f"home-{policy}", work / f"out-{policy}", work / f"stop-{policy}"
     jobs = work / f"jobs-{policy}.json"
-    jobs.write_text(json.dumps(_live_jobs(wait, steps, stop)))
+    jobs.write_text(json.dumps(_live_jobs(wait, steps, stop, progress)))
     env = dict(os.environ, COALLOC_HOME=str(home))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen([sys.executable, "-c", CLI, "run", str(jobs), "--policy", policy,
@@ -216,11 +229,15 @@ def live_run(policy: str, wait: str, steps: int, work: Path,
             "slow_wait": stats[2]["wait_cpu_s"], "phi": job.get("mean_phase_difference")}
 
 
-def live(wait: str, steps: int) -> None:
+def live(wait: str, steps: int, progress: str | None) -> None:
+    if progress is None:
+        progress = "reported" if _reported_progress() else "cpu"
     print(f"live: the coupled stencil (3 members, costs 1 : 2 : 4, {steps} steps, wait "
-          f"{wait}) beside a best-effort CPU-bound member on each of coalloc run's 3 nodes")
+          f"{wait}, progress {progress}) beside a best-effort CPU-bound member on each of "
+          "coalloc run's 3 nodes")
     with tempfile.TemporaryDirectory(prefix="bench-coupled-live-") as tmp:
-        figures = {pol: live_run(pol, wait, steps, Path(tmp)) for pol in ("strict", "sq")}
+        figures = {pol: live_run(pol, wait, steps, progress, Path(tmp))
+                   for pol in ("strict", "sq")}
     ref, mine = figures["strict"], figures["sq"]
     print(f"{'figure':<34}{'strict':>10}{'sq':>10}{'sq/strict':>11}  target")
     for key, label, at_most in (("wall", "stencil wall time, s", True),
@@ -250,9 +267,12 @@ def main() -> None:
     ap.add_argument("--live", action="store_true",
                     help="the coupled stencil live under strict and sq (coalloc run)")
     ap.add_argument("--steps", type=int, default=400, help="--live: the stencil's steps")
+    ap.add_argument("--progress", choices=("cpu", "reported"), default=None,
+                    help="--live: the stencil's clock (default: reported where this coalloc "
+                    "has coalloc.progress, else cpu)")
     args = ap.parse_args()
     if args.live:
-        live("spin" if args.wait == "both" else args.wait, args.steps)
+        live("spin" if args.wait == "both" else args.wait, args.steps, args.progress)
         return
     nodes: Sequence[int] = (4, 6) if args.small else coupled.DEFAULT_NODES
     lams: Sequence[float] = (50.0, 400.0) if args.small else coupled.DEFAULT_LAMBDAS
