@@ -21,9 +21,12 @@ summed). A target missed is printed as ``MISS``; a benchmark, not a test: it ass
 nothing. ``--small``: nodes 4, 6 x lambda 50, 400 s with 150 jobs per cell.
 
 ``--live`` runs the coupled stencil instead (``examples/coupled-stencil.yaml``: three
-members at costs 1 : 2 : 4, spinning while they wait) with ``coalloc run`` on its three
-emulated nodes, beside a best-effort CPU-bound job with a member on every node, once
-under ``strict`` and once under ``sq``, and prints ``sq``'s figures as ratios to
+members at costs 1 : 2 : 4, spinning while they wait) with ``coalloc run`` on three
+emulated nodes of 2,000 MHz at time scale 100, beside a best-effort CPU-bound job with a
+member on every node. A first run under ``strict`` measures what each member needs (its
+CPU outside its waits) and the wall time; the job's ``work``, ``weight`` and ``duration``
+are set from them, as a user who profiled the code would; then it runs once under
+``strict`` and once under ``sq``, and prints ``sq``'s figures as ratios to
 ``strict``'s: the stencil's wall time (target <= 1.05), the best-effort members' CPU
 while the stencil ran (>= 1.3), the two fast members' CPU spent waiting (<= 0.2), and
 each run's mean phase difference from its summary. The stencil's clock is its reported
@@ -45,6 +48,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +151,17 @@ while not os.path.exists(stop):
 print("burn", repr(time.time()), repr(time.process_time()), flush=True)
 """
 CLI = "import sys; from coalloc.cli import main; sys.exit(main(sys.argv[1:]))"
+#: The live runs' nodes (one speed: a CPU-second is the same work on each) and time scale.
+LIVE_MHZ = 2000.0
+LIVE_TIME_SCALE = 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What a first run measured: each member's CPU outside its waits, and the wall time."""
+
+    cpu_s: tuple[float, ...]
+    wall_s: float
 
 
 def _reported_progress() -> bool:
@@ -158,7 +173,8 @@ def _reported_progress() -> bool:
     return True
 
 
-def _live_jobs(wait: str, steps: int, stop: Path, progress: str) -> list[dict[str, Any]]:
+def _live_jobs(wait: str, steps: int, stop: Path, progress: str,
+               need: Calibration | None) -> list[dict[str, Any]]:
     import yaml
 
     stencil: dict[str, Any] = yaml.safe_load(
@@ -166,6 +182,13 @@ def _live_jobs(wait: str, steps: int, stop: Path, progress: str) -> list[dict[st
     stencil["env"].update(STENCIL_WAIT=wait, STENCIL_STEPS=steps)
     if progress == "reported":
         stencil["progress"] = "reported"
+    if need is not None:
+        # What each member really needs (reference CPU-s on these nodes), weights in
+        # proportion, and the duration the calibration run took: SQ paces by them.
+        for sub, cpu_s in zip(stencil["subtasks"], need.cpu_s):
+            sub["work"] = round(cpu_s * LIVE_TIME_SCALE * LIVE_MHZ / 1000.0, 3)
+            sub["weight"] = round(cpu_s / need.cpu_s[0], 6)
+        stencil["duration"] = round(need.wall_s * LIVE_TIME_SCALE, 3)
     for sub in stencil["subtasks"]:
         sub["command"] = [sys.executable, str(ROOT / "examples/coupled-stencil/stencil.py")]
     burner = {"name": "burner", "qos": "best_effort", "env": {"BURN_STOP": str(stop)},
@@ -186,16 +209,18 @@ def _cpu_at(samples: list[tuple[float, float]], t: float) -> float:
     return c0 + (c1 - c0) * (t - w0) / (w1 - w0) if w1 > w0 else c1
 
 
-def live_run(policy: str, wait: str, steps: int, progress: str, work: Path,
-             timeout: float = 900.0) -> dict[str, float | None]:
+def live_run(policy: str, wait: str, steps: int, progress: str, need: Calibration | None,
+             work: Path, label: str, timeout: float = 900.0) -> dict[str, Any]:
     """One ``coalloc run`` of the stencil beside the burner under ``policy``."""
-    home, out, stop = work / f"home-{policy}", work / f"out-{policy}", work / f"stop-{policy}"
-    jobs = work / f"jobs-{policy}.json"
-    jobs.write_text(json.dumps(_live_jobs(wait, steps, stop, progress)))
+    home, out, stop = work / f"home-{label}", work / f"out-{label}", work / f"stop-{label}"
+    jobs = work / f"jobs-{label}.json"
+    jobs.write_text(json.dumps(_live_jobs(wait, steps, stop, progress, need)))
     env = dict(os.environ, COALLOC_HOME=str(home))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen([sys.executable, "-c", CLI, "run", str(jobs), "--policy", policy,
-                             "--no-progress", "--out", str(out), "--timeout", str(timeout)],
+                             "--nodes", ",".join([f"{LIVE_MHZ:g}"] * 3),
+                             "--time-scale", f"{LIVE_TIME_SCALE:g}", "--no-progress",
+                             "--out", str(out), "--timeout", str(timeout)],
                             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     logs = home / "logs" / "subtasks"
@@ -226,7 +251,8 @@ def live_run(policy: str, wait: str, steps: int, progress: str, work: Path,
     [job] = [j for j in summary["jobs"] if j["job_id"] == "j00001"]
     return {"wall": ended - began, "best_effort": burned,
             "spin": stats[0]["wait_cpu_s"] + stats[1]["wait_cpu_s"],
-            "slow_wait": stats[2]["wait_cpu_s"], "phi": job.get("mean_phase_difference")}
+            "slow_wait": stats[2]["wait_cpu_s"], "phi": job.get("mean_phase_difference"),
+            "need": Calibration(tuple(st["compute_cpu_s"] for st in stats), ended - began)}
 
 
 def live(wait: str, steps: int, progress: str | None) -> None:
@@ -236,7 +262,11 @@ def live(wait: str, steps: int, progress: str | None) -> None:
           f"{wait}, progress {progress}) beside a best-effort CPU-bound member on each of "
           "coalloc run's 3 nodes")
     with tempfile.TemporaryDirectory(prefix="bench-coupled-live-") as tmp:
-        figures = {pol: live_run(pol, wait, steps, progress, Path(tmp))
+        need: Calibration = live_run("strict", wait, steps, progress, None, Path(tmp),
+                                     "calibration")["need"]
+        print(f"calibration run (strict, the example's work): members' CPU outside waits "
+              f"{', '.join(f'{c:.2f}' for c in need.cpu_s)} s, wall {need.wall_s:.1f} s")
+        figures = {pol: live_run(pol, wait, steps, progress, need, Path(tmp), pol)
                    for pol in ("strict", "sq")}
     ref, mine = figures["strict"], figures["sq"]
     print(f"{'figure':<34}{'strict':>10}{'sq':>10}{'sq/strict':>11}  target")
