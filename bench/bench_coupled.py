@@ -19,16 +19,38 @@ is printed as the ratio to ``strict`` of the same run that its target is stated 
 Per cell and in total (turnaround and Φ weighted by completed jobs, CPU and admissions
 summed). A target missed is printed as ``MISS``; a benchmark, not a test: it asserts
 nothing. ``--small``: nodes 4, 6 x lambda 50, 400 s with 150 jobs per cell.
-Usage: ``python3 bench/bench_coupled.py [--small] [--jobs N] [--workers N] [--wait W]``.
+
+``--live`` runs the coupled stencil instead (``examples/coupled-stencil.yaml``: three
+members at costs 1 : 2 : 4, spinning while they wait) with ``coalloc run`` on three
+emulated nodes of 2,000 MHz at time scale 100, beside a best-effort CPU-bound job with a
+member on every node. A first run under ``strict`` measures what each member needs (its
+CPU outside its waits) and the wall time; the job's ``work``, ``weight`` and ``duration``
+are set from them, as a user who profiled the code would; then it runs once under
+``strict`` and once under ``sq``, and prints ``sq``'s figures as ratios to
+``strict``'s: the stencil's wall time (target <= 1.05), the best-effort members' CPU
+while the stencil ran (>= 1.3), the two fast members' CPU spent waiting (<= 0.2), and
+each run's mean phase difference from its summary. The stencil's clock is its reported
+step (``progress: reported``) where this coalloc has ``coalloc.progress``, else its CPU
+time (``--progress cpu|reported`` chooses).
+Usage: ``python3 bench/bench_coupled.py [--small] [--jobs N] [--workers N] [--wait W]``
+or ``python3 bench/bench_coupled.py --live [--wait W] [--steps N] [--progress P]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import json
 import math
 import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from coalloc.experiments import coupled
 
@@ -114,6 +136,153 @@ def report(rows: Sequence[coupled.Row], wait: str) -> None:
                     spinning))
 
 
+ROOT = Path(__file__).resolve().parents[1]
+LIVE_TARGETS = {"wall": 1.05, "best_effort": 1.3, "spin": 0.2}
+#: A best-effort member: burns CPU until the stop file exists, printing its CPU time.
+BURNER = """
+import os, time
+stop, nxt = os.environ["BURN_STOP"], 0.0
+while not os.path.exists(stop):
+    sum(i * i for i in range(20000))
+    now = time.time()
+    if now >= nxt:
+        print("burn", repr(now), repr(time.process_time()), flush=True)
+        nxt = now + 0.1
+print("burn", repr(time.time()), repr(time.process_time()), flush=True)
+"""
+CLI = "import sys; from coalloc.cli import main; sys.exit(main(sys.argv[1:]))"
+#: The live runs' nodes (one speed: a CPU-second is the same work on each) and time scale.
+LIVE_MHZ = 2000.0
+LIVE_TIME_SCALE = 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What a first run measured: each member's CPU outside its waits, and the wall time."""
+
+    cpu_s: tuple[float, ...]
+    wall_s: float
+
+
+def _reported_progress() -> bool:
+    """Whether this coalloc has reported progress (``coalloc.progress``)."""
+    try:
+        import coalloc.progress  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _live_jobs(wait: str, steps: int, stop: Path, progress: str,
+               need: Calibration | None) -> list[dict[str, Any]]:
+    import yaml
+
+    stencil: dict[str, Any] = yaml.safe_load(
+        (ROOT / "examples" / "coupled-stencil.yaml").read_text())
+    stencil["env"].update(STENCIL_WAIT=wait, STENCIL_STEPS=steps)
+    if progress == "reported":
+        stencil["progress"] = "reported"
+    if need is not None:
+        # What each member really needs (reference CPU-s on these nodes), weights in
+        # proportion, and the duration the calibration run took: SQ paces by them.
+        for sub, cpu_s in zip(stencil["subtasks"], need.cpu_s):
+            sub["work"] = round(cpu_s * LIVE_TIME_SCALE * LIVE_MHZ / 1000.0, 3)
+            sub["weight"] = round(cpu_s / need.cpu_s[0], 6)
+        stencil["duration"] = round(need.wall_s * LIVE_TIME_SCALE, 3)
+    for sub in stencil["subtasks"]:
+        sub["command"] = [sys.executable, str(ROOT / "examples/coupled-stencil/stencil.py")]
+    burner = {"name": "burner", "qos": "best_effort", "env": {"BURN_STOP": str(stop)},
+              "subtasks": [{"work": 60, "command": [sys.executable, "-c", BURNER]}
+                           for _ in stencil["subtasks"]]}
+    return [stencil, burner]
+
+
+def _cpu_at(samples: list[tuple[float, float]], t: float) -> float:
+    """A burner's CPU time at wall time ``t``, interpolated between its samples."""
+    if not samples or t <= samples[0][0]:
+        return 0.0
+    times = [w for w, _ in samples]
+    i = bisect.bisect_left(times, t)
+    if i >= len(samples):
+        return samples[-1][1]
+    (w0, c0), (w1, c1) = samples[i - 1], samples[i]
+    return c0 + (c1 - c0) * (t - w0) / (w1 - w0) if w1 > w0 else c1
+
+
+def live_run(policy: str, wait: str, steps: int, progress: str, need: Calibration | None,
+             work: Path, label: str, timeout: float = 900.0) -> dict[str, Any]:
+    """One ``coalloc run`` of the stencil beside the burner under ``policy``."""
+    home, out, stop = work / f"home-{label}", work / f"out-{label}", work / f"stop-{label}"
+    jobs = work / f"jobs-{label}.json"
+    jobs.write_text(json.dumps(_live_jobs(wait, steps, stop, progress, need)))
+    env = dict(os.environ, COALLOC_HOME=str(home))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "run", str(jobs), "--policy", policy,
+                             "--nodes", ",".join([f"{LIVE_MHZ:g}"] * 3),
+                             "--time-scale", f"{LIVE_TIME_SCALE:g}", "--no-progress",
+                             "--out", str(out), "--timeout", str(timeout)],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    logs = home / "logs" / "subtasks"
+    zero = logs / "j00001-0.log"
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        if zero.exists() and "stencil checksum" in zero.read_text():
+            break
+        time.sleep(0.2)
+    stop.touch()  # the stencil is done: the burners stop, coalloc run ends
+    output, _ = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        print(output)
+        raise SystemExit(f"coalloc run under {policy} failed (exit {proc.returncode})")
+    stats = []
+    for i in range(3):
+        [line] = [ln for ln in (logs / f"j00001-{i}.log").read_text().splitlines()
+                  if ln.startswith("stencil stats ")]
+        stats.append(json.loads(line.removeprefix("stencil stats ")))
+    began, ended = min(s["started"] for s in stats), max(s["ended"] for s in stats)
+    burned = 0.0
+    for i in range(3):
+        samples = [(float(a), float(b)) for tag, a, b in
+                   (ln.split() for ln in (logs / f"j00002-{i}.log").read_text().splitlines()
+                    if ln.startswith("burn "))]
+        burned += _cpu_at(samples, ended) - _cpu_at(samples, began)
+    summary = json.loads((out / "summary.json").read_text())
+    [job] = [j for j in summary["jobs"] if j["job_id"] == "j00001"]
+    return {"wall": ended - began, "best_effort": burned,
+            "spin": stats[0]["wait_cpu_s"] + stats[1]["wait_cpu_s"],
+            "slow_wait": stats[2]["wait_cpu_s"], "phi": job.get("mean_phase_difference"),
+            "need": Calibration(tuple(st["compute_cpu_s"] for st in stats), ended - began)}
+
+
+def live(wait: str, steps: int, progress: str | None) -> None:
+    if progress is None:
+        progress = "reported" if _reported_progress() else "cpu"
+    print(f"live: the coupled stencil (3 members, costs 1 : 2 : 4, {steps} steps, wait "
+          f"{wait}, progress {progress}) beside a best-effort CPU-bound member on each of "
+          "coalloc run's 3 nodes")
+    with tempfile.TemporaryDirectory(prefix="bench-coupled-live-") as tmp:
+        need: Calibration = live_run("strict", wait, steps, progress, None, Path(tmp),
+                                     "calibration")["need"]
+        print(f"calibration run (strict, the example's work): members' CPU outside waits "
+              f"{', '.join(f'{c:.2f}' for c in need.cpu_s)} s, wall {need.wall_s:.1f} s")
+        figures = {pol: live_run(pol, wait, steps, progress, need, Path(tmp), pol)
+                   for pol in ("strict", "sq")}
+    ref, mine = figures["strict"], figures["sq"]
+    print(f"{'figure':<34}{'strict':>10}{'sq':>10}{'sq/strict':>11}  target")
+    for key, label, at_most in (("wall", "stencil wall time, s", True),
+                                ("best_effort", "best-effort CPU meanwhile, s", False),
+                                ("spin", "fast members' wait CPU, s", True)):
+        r = _ratio(mine[key], ref[key])
+        sign = "<=" if at_most else ">="
+        print(f"{label:<34}{_fmt(ref[key], 10)}{_fmt(mine[key], 10)}{_fmt(r, 11)}"
+              f"  {sign} {LIVE_TARGETS[key]:g} {_check(r, LIVE_TARGETS[key], at_most)}")
+    print(f"{'slow member wait CPU, s':<34}{_fmt(ref['slow_wait'], 10)}"
+          f"{_fmt(mine['slow_wait'], 10)}")
+    print(f"{'mean phase difference, model s':<34}{_fmt(ref['phi'], 10, 1)}"
+          f"{_fmt(mine['phi'], 10, 1)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true",
@@ -125,7 +294,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-background", action="store_true",
                     help="no CPU-bound grid-local job beside the coupled ones")
+    ap.add_argument("--live", action="store_true",
+                    help="the coupled stencil live under strict and sq (coalloc run)")
+    ap.add_argument("--steps", type=int, default=400, help="--live: the stencil's steps")
+    ap.add_argument("--progress", choices=("cpu", "reported"), default=None,
+                    help="--live: the stencil's clock (default: reported where this coalloc "
+                    "has coalloc.progress, else cpu)")
     args = ap.parse_args()
+    if args.live:
+        live("spin" if args.wait == "both" else args.wait, args.steps, args.progress)
+        return
     nodes: Sequence[int] = (4, 6) if args.small else coupled.DEFAULT_NODES
     lams: Sequence[float] = (50.0, 400.0) if args.small else coupled.DEFAULT_LAMBDAS
     jobs = args.jobs or (150 if args.small else coupled.DEFAULT_JOBS)
