@@ -9,13 +9,14 @@ import importlib.util
 import json
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coalloc import cli
 from runtime.status import to_json
+from tests.support import deployed
 
 pytestmark = pytest.mark.ray
 
@@ -33,16 +34,10 @@ def _reference(cells: int, steps: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def deployment(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from runtime.config import GLOBAL_NAME
-    from runtime.deploy import find_actor
-
+def deployment(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     log = tmp_path_factory.mktemp("stencil") / "phase.jsonl"
-    assert cli.main(["up", "--address", ray_cluster.address, "--time-scale", "100",
-                     "--log", str(log)]) == 0
-    yield ray_cluster
-    if find_actor(GLOBAL_NAME) is not None:
-        cli.main(["down", "--address", ray_cluster.address])
+    with deployed(ray_cluster.address, log, "--time-scale", "100"):
+        yield ray_cluster
 
 
 @pytest.mark.parametrize("wait", ["spin", "block"])

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coalloc import cli
 from runtime.rendezvous import MPI_WAIT_ENV
 from runtime.status import to_json
+from tests.support import deployed
 
 pytestmark = pytest.mark.ray
 
@@ -22,16 +23,10 @@ MEMBER = Path(__file__).with_name("rendezvous_member.py")
 
 
 @pytest.fixture(scope="module")
-def deployment(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from runtime.config import GLOBAL_NAME
-    from runtime.deploy import find_actor
-
+def deployment(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     log = tmp_path_factory.mktemp("rendezvous") / "phase.jsonl"
-    assert cli.main(["up", "--address", ray_cluster.address, "--time-scale", "100",
-                     "--log", str(log)]) == 0
-    yield ray_cluster
-    if find_actor(GLOBAL_NAME) is not None:
-        cli.main(["down", "--address", ray_cluster.address])
+    with deployed(ray_cluster.address, log, "--time-scale", "100"):
+        yield ray_cluster
 
 
 def _members(mode: str, out: Path) -> list[dict[str, Any]]:
