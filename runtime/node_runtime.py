@@ -37,16 +37,8 @@ eq. (4): the scheduler takes it as the subtask's measured work
 progress report carries that clock, not the grant. The subtask finishes when its command
 exits (exit status 0: success).
 
-Reported progress (``docs/coupled.md``, "Progress"). Every process subtask finds, in its
-environment, the address of the node's progress socket
-(:class:`runtime.progress_listener.ProgressListener`, opened with the first process
-subtask) and a key of its own; each boundary drains the socket before the cycle is
-stepped. Datagrams that do not parse, carry an unknown key, or go back in time are
-dropped and counted (the node's ``progress_dropped_<reason>`` counters, and per subtask
-in its report); the subtask runs on. Under ``progress: reported`` the work booked for a
-process subtask is not its CPU time but what moves its clock to the reported time mapped
-onto its nominal duration (:mod:`local_manager.reported_clock`), so the controller paces
-it by the progress it reports.
+Reported progress (``docs/coupled.md``, "Progress") is received by the node's
+:class:`runtime.node_progress.NodeProgress` (its socket, keys, trackers and drop counters).
 
 Checkpoint and restart. Given a ``checkpoint`` path, every boundary ends by writing the
 node's subtask state there atomically (:mod:`workloads.atomic`): per subtask its placement
@@ -80,17 +72,9 @@ from coallocator.messages import ProgressReport, ReweightCommand
 from global_manager.engine import apply_commands
 from local_manager.executor_records import CycleUsage, ExecutorRecord, ExecutorState
 from local_manager.exit_recorder import describe as describe_exit
-from local_manager.progress_wire import (
-    ADDR_ENV,
-    KEY_ENV,
-    DatagramError,
-    DropReason,
-    parse_addr,
-)
-from local_manager.reported_clock import ReportedProgress, reported_work
 from local_manager.scheduler import CycleResult, LocalScheduler
 from runtime.config import ExecutorKind, RuntimeConfig
-from runtime.progress_listener import ProgressListener
+from runtime.node_progress import NodeProgress
 from runtime.timebase import ModelClock, boundary_index
 from workloads.atomic import atomic_write_json
 from workloads.messages import (
@@ -100,7 +84,7 @@ from workloads.messages import (
     SubtaskPhase,
     SubtaskReport,
 )
-from workloads.model import Node, ProgressMode, Subtask
+from workloads.model import Node, Subtask
 from workloads.records import from_record, to_record
 
 #: Version of the local manager checkpoint's layout.
@@ -182,7 +166,7 @@ class _Record:
 
     __slots__ = (
         "subtask", "kind", "state", "exit_code", "reason", "start", "finish", "virtual_time",
-        "measured", "progress", "progress_key",
+        "measured",
     )
 
     def __init__(self, subtask: Subtask, kind: ExecutorKind, start: float) -> None:
@@ -195,8 +179,6 @@ class _Record:
         self.finish: float | None = None
         self.virtual_time: float | None = None  # T_V at the last boundary, s
         self.measured: float | None = None  # Mcycles a process subtask really got
-        self.progress: ReportedProgress | None = None  # what its application reported
-        self.progress_key: str | None = None
 
 
 def new_incarnation() -> int:
@@ -271,11 +253,8 @@ class NodeRuntime:
         }
         self.counters["checkpoint_errors"] = 0
         self.counters["restored_subtasks"] = 0
-        self.counters["progress_received"] = 0
-        for reason in DropReason:
-            self.counters[f"progress_dropped_{reason.value}"] = 0
-        self._listener: ProgressListener | None = None
-        self._progress_keys: dict[str, tuple[str, int]] = {}
+        #: The reported-progress receiving (its counters are in ``counters``).
+        self.progress = NodeProgress(self.counters)
         self.running = False
         self.error: str | None = None
         self.checkpoint = checkpoint
@@ -294,74 +273,13 @@ class NodeRuntime:
     def progress_address(self) -> str | None:
         """``HOST:PORT`` of the node's progress socket (None until a process subtask
         started, or when it could not be opened)."""
-        return self._listener.address if self._listener is not None else None
+        return self.progress.address
 
     def progress_env(self, key: tuple[str, int]) -> dict[str, str]:
         """What subtask ``key``'s environment carries to report progress (empty: none)."""
-        rec = self._records.get(key)
-        if rec is None or rec.progress_key is None or self._listener is None:
+        if key not in self._records:
             return {}
-        return {ADDR_ENV: self._listener.address, KEY_ENV: rec.progress_key}
-
-    def _open_progress(self, rec: _Record, b: float) -> dict[str, str]:
-        """Give a process subtask its progress key and tracker, opening the node's socket
-        with the first; the environment it starts with (empty if the socket cannot be
-        opened: it then runs with no reporting, counted in ``progress_socket_errors``)."""
-        if self._listener is None:
-            try:
-                self._listener = ProgressListener()
-            except OSError:
-                self.counters["progress_socket_errors"] = \
-                    self.counters.get("progress_socket_errors", 0) + 1
-                return {}
-        spec = rec.subtask.progress
-        reported = spec is not None and spec.mode is ProgressMode.REPORTED
-        rec.progress = ReportedProgress(b, spec.end if spec is not None else None, reported)
-        rec.progress_key = secrets.token_hex(16)
-        self._progress_keys[rec.progress_key] = rec.subtask.key
-        return self.progress_env(rec.subtask.key)
-
-    def _close_progress(self, rec: _Record) -> None:
-        """The subtask left: its key no longer reports (its tracker stays for status)."""
-        if rec.progress_key is not None:
-            self._progress_keys.pop(rec.progress_key, None)
-
-    def _drain_progress(self, now: float) -> None:
-        """Take the datagrams that arrived since the last boundary (model s ``now``)."""
-        if self._listener is None:
-            return
-        for item in self._listener.drain():
-            if isinstance(item, DatagramError):
-                self._count_drop(item.reason)
-                continue
-            key = self._progress_keys.get(item.key)
-            rec = self._records.get(key) if key is not None else None
-            if rec is None or rec.progress is None:
-                self._count_drop(DropReason.BAD_KEY)
-                continue
-            reason = rec.progress.accept(item, now)
-            if reason is not None:
-                self._count_drop(reason)
-            else:
-                self.counters["progress_received"] += 1
-
-    def _count_drop(self, reason: DropReason) -> None:
-        self.counters[f"progress_dropped_{reason.value}"] += 1
-
-    def _reported_measure(self, measured: dict[tuple[str, int], float]) -> None:
-        """Under ``progress: reported``, replace a process subtask's measured work by
-        what moves its clock to its reported progress (module docstring)."""
-        for key in measured:
-            rec = self._records.get(key)
-            spec = rec.subtask.progress if rec is not None else None
-            if rec is None or spec is None or spec.mode is not ProgressMode.REPORTED \
-                    or rec.progress is None or self.scheduler.get(key) is None:
-                continue
-            s = rec.subtask
-            nominal = s.work / s.expected_rate if s.expected_rate > 0 else 0.0
-            target = rec.progress.virtual_time(nominal)
-            measured[key] = reported_work(target, self.scheduler.virtual_time(key),
-                                          s.expected_rate)
+        return self.progress.env(key)
 
     # ----------------------------------------------------------------- checkpoint
     def checkpoint_state(self) -> dict[str, Any]:
@@ -389,8 +307,9 @@ class NodeRuntime:
                             pass
                 elif self.scheduler.get(key) is not None:
                     d["virtual_time"] = self.scheduler.virtual_time(key)
-                if rec.progress is not None and rec.progress_key is not None:
-                    d["progress"] = dict(rec.progress.to_dict(), key=rec.progress_key)
+                saved = self.progress.checkpoint_entry(key)
+                if saved is not None:
+                    d["progress"] = saved
                 subtasks.append(d)
             state: dict[str, Any] = {
                 "version": CHECKPOINT_VERSION,
@@ -400,8 +319,8 @@ class NodeRuntime:
                 "subtasks": subtasks,
                 "history": list(self._history.values())[-200:],
             }
-            if self._listener is not None:
-                state["progress_address"] = self._listener.address
+            if self.progress.address is not None:
+                state["progress_address"] = self.progress.address
             return state
 
     def write_checkpoint(self) -> None:
@@ -468,40 +387,9 @@ class NodeRuntime:
                     self.scheduler.add(s, float(d["start"]))
                 self.scheduler.restore_clock(s.key, tv, float(data.get("boundary") or tv))
                 if "progress" in d:
-                    self._restore_progress(rec, d["progress"], data.get("progress_address"))
+                    self.progress.restore(s, d["progress"], data.get("progress_address"))
             self.counters["restored_subtasks"] += n
         return n
-
-    def _restore_progress(self, rec: _Record, saved: dict[str, Any],
-                          address: object) -> None:
-        """A re-attached subtask's reported progress, and the node's progress socket on
-        the port its processes know (a new port if it is taken: their reports are then
-        lost, counted in ``progress_socket_moved``)."""
-        try:
-            rec.progress = ReportedProgress.from_dict(saved)
-        except (KeyError, TypeError, ValueError):
-            return
-        rec.progress_key = str(saved.get("key") or "") or None
-        if rec.progress_key is None:
-            return
-        self._progress_keys[rec.progress_key] = rec.subtask.key
-        if self._listener is not None:
-            return
-        host, port = "127.0.0.1", 0
-        if isinstance(address, str):
-            try:
-                host, port = parse_addr(address)
-            except ValueError:
-                pass
-        try:
-            self._listener = ProgressListener(host, port)
-        except OSError:
-            self.counters["progress_socket_moved"] = 1
-            try:
-                self._listener = ProgressListener()
-            except OSError:
-                self.counters["progress_socket_errors"] = \
-                    self.counters.get("progress_socket_errors", 0) + 1
 
     # ----------------------------------------------------------------- entry points
     def submit(self, subtasks: list[Subtask], start: float) -> None:
@@ -602,19 +490,8 @@ class NodeRuntime:
 
     def _progress_fields(self, rec: _Record) -> dict[str, Any]:
         """A subtask's reported progress as its report's fields (none: it has none)."""
-        p = rec.progress
-        if p is None or (p.reports == 0 and not p.dropped and rec.subtask.progress is None):
-            return {}
-        now = self._last_boundary if self._last_boundary is not None else p.start
-        spec = rec.subtask.progress
-        live = rec.state is SubtaskPhase.RUNNING
-        return {
-            "reported_time": p.t, "reported_end": p.total, "reported_fraction": p.fraction,
-            "reported_rate": p.rate(now) if live else None,
-            "progress_reports": p.reports, "progress_dropped": dict(p.dropped),
-            "wait_s": p.wait_s, "waiting": p.waiting and live,
-            "stalled": live and spec is not None and p.stalled(now, spec.stall_after),
-        }
+        return self.progress.fields(rec.subtask, rec.state is SubtaskPhase.RUNNING,
+                                    self._last_boundary)
 
     # ----------------------------------------------------------------- the loop
     def run(self) -> None:
@@ -669,11 +546,11 @@ class NodeRuntime:
                 self._drain_actions(b, immediate_only=True)
                 self._start_overdue(last)
             result = None
-            self._drain_progress(b)
+            self.progress.drain(b)
             if len(self.scheduler):
                 # A process subtask's work is what it measured (0 when it did not run).
                 measured = {key: usage.get(key, 0.0) for key in self._procs}
-                self._reported_measure(measured)
+                self.progress.reported_measure(measured, self.scheduler)
                 result = self.scheduler.step(
                     b, b - last if last is not None else self.q, measured
                 )
@@ -772,7 +649,7 @@ class NodeRuntime:
         run = self._procs.pop(key)
         self._remove(key)
         rec = self._records[key]
-        self._close_progress(rec)
+        self.progress.close(key)
         code = run.executor.exit_code if run.executor is not None else None
         rec.exit_code, rec.finish, rec.measured = code, b, run.measured
         if code == 0 and run.failure is None:
@@ -831,6 +708,7 @@ class NodeRuntime:
                 for s in subtasks:
                     kind_ = ExecutorKind.PROCESS if s.command else ExecutorKind.SYNTHETIC
                     self._records[s.key] = _Record(s, kind_, start)
+                    self.progress.forget(s.key)  # a new record: no progress yet
             else:  # pragma: no cover - only the kinds above are queued
                 deferred.append(action)
             if done is not None:
@@ -870,7 +748,7 @@ class NodeRuntime:
             executor = None
             failure: str | None = None
             # Where and with which key it reports its progress.
-            env = tuple(self._open_progress(rec, b).items())
+            env = tuple(self.progress.open(rec.subtask, b).items())
             try:
                 executor = self._process_factory(
                     tuple(s.command), self.node.speed_mhz, out, s.env + env)
@@ -893,7 +771,7 @@ class NodeRuntime:
             if key[0] != job_id or rec.state not in (SubtaskPhase.PENDING, SubtaskPhase.RUNNING):
                 continue
             run = self._procs.pop(key, None)
-            self._close_progress(rec)
+            self.progress.close(key)
             if run is not None:
                 rec.measured = run.measured
             if run is not None and run.executor is not None:
@@ -923,10 +801,7 @@ class NodeRuntime:
             if rec is not None and rec.state is SubtaskPhase.RUNNING:
                 rec.state = SubtaskPhase.CANCELLED
         self._procs.clear()
-        self._progress_keys.clear()
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
+        self.progress.close_all()
         if self._own_processes:
             # Also the subtasks orphaned by a local manager that was killed on this node
             # (their owner is gone): `coalloc down` leaves none behind. Those of another
@@ -945,6 +820,7 @@ class NodeRuntime:
                 continue
             del self._records[key]
             self._history[key] = self._describe(rec)
+            self.progress.forget(key)
             while len(self._history) > HISTORY:
                 self._history.popitem(last=False)
 
