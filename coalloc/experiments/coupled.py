@@ -43,27 +43,33 @@ into ``--out``.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import os
-import sys
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from coalloc.errors import UserError
 from coalloc.experiments.paper import (
     DEFAULT_RATE_PER_WEIGHT,
-    _float_list,
-    _int_list,
     _lam_text,
     _mean,
-    _policy_list,
     cell_seed,
+    matrix_axes,
     mean_utilization,
+    output_dir,
     run_cells,
+    run_with_progress,
+    worker_count,
+    write_csv,
+    write_json,
+    wrote,
+)
+from coalloc.experiments.placement import (
+    add_matrix_flags,
+    add_run_flags,
+    lam_panel,
+    live_core_config,
+    save_figure,
 )
 from coalloc.flags import int_flag, seconds_flag
 from coalloc.tables import render as table
@@ -251,21 +257,6 @@ def run_matrix(cells: Sequence[Cell], workers: int,
     return run_cells(cells, run_cell, workers, progress)
 
 
-def _csv_value(value: object) -> str:
-    if value is None:
-        return ""
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def write_csv(path: Path, rows: Sequence[Row]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(CSV_COLUMNS)
-        for r in rows:
-            d = asdict(r)
-            w.writerow([_csv_value(d[c]) for c in CSV_COLUMNS])
-
-
 def plot(path: Path, rows: Sequence[Row], policies: Sequence[str]) -> None:
     """Mean turnaround, CPU spent spinning, grid-local plus best-effort CPU and mean Φ
     against lambda, one row of panels per node count, one line per policy."""
@@ -273,7 +264,6 @@ def plot(path: Path, rows: Sequence[Row], policies: Sequence[str]) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullLocator
 
     metrics: tuple[tuple[str, Callable[[Row], float | None], bool], ...] = (
         ("mean turnaround (s)", lambda r: r.mean_turnaround, False),
@@ -286,7 +276,6 @@ def plot(path: Path, rows: Sequence[Row], policies: Sequence[str]) -> None:
     fig, axes = plt.subplots(len(node_counts), len(metrics),
                              figsize=(4.2 * len(metrics), 3.2 * len(node_counts)),
                              squeeze=False)
-    lams = sorted({r.lam for r in rows})
     for i, n in enumerate(node_counts):
         for k, (label, value, log) in enumerate(metrics):
             ax = axes[i][k]
@@ -300,25 +289,11 @@ def plot(path: Path, rows: Sequence[Row], policies: Sequence[str]) -> None:
                 if pts:
                     ax.plot([x for x, _ in pts], [y for _, y in pts], marker="os^D"[a % 4],
                             color=f"C{a % 10}", label=pol)
-            ax.set_xscale("log")
-            if log:
-                ax.set_yscale("log")
-            ax.set_xticks(lams, [_lam_text(x) for x in lams])
-            ax.xaxis.set_minor_locator(NullLocator())
-            ax.set_xlabel("λ (s)")
-            ax.set_ylabel(label, fontsize=8)
-            ax.set_title(f"{n} nodes")
-            ax.grid(True, alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    if handles:
-        axes[0][0].legend(handles, labels, fontsize=7)
+            lam_panel(ax, rows, n, label, log, fontsize=8)
     first = rows[0] if rows else None
     what = (f"exchange every {first.coupling:g} s, wait: {first.wait}"
             + ("" if first.background else ", no background")) if first else ""
-    fig.suptitle(f"Coupled members under the live defaults ({what})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
+    save_figure(fig, axes, path, f"Coupled members under the live defaults ({what})")
 
 
 def format_table(rows: Sequence[Row]) -> str:
@@ -343,51 +318,31 @@ def _wait_flag(text: str) -> str:
 
 
 def handler(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from runtime.config import runtime_core
-
-    nodes = _int_list("--nodes", args.nodes)
-    lams = _float_list("--lam", args.lam)
-    policy_names = _policy_list(args.policies)
+    nodes, lams, policy_names = matrix_axes(args)
     jobs = int_flag("--jobs", args.jobs, 1)
     seed = int_flag("--seed", args.seed, None)
     coupling = seconds_flag("--coupling", args.coupling)
     wait = _wait_flag(args.wait)
     cycle = seconds_flag("--cycle", args.cycle)
-    workers = (os.cpu_count() or 1) if args.workers is None else int_flag(
-        "--workers", args.workers, 1)
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"{out}: cannot create output directory: {exc.strerror}") from None
+    workers = worker_count(args.workers)
+    out = output_dir(args.out)
     cells = make_cells(nodes, lams, policy_names, jobs, seed, coupling, wait, cycle,
                        background=not args.no_background)
-    start = time.perf_counter()
-    with tqdm(total=len(cells), desc="coupled", unit="run", file=sys.stderr,
-              disable=args.quiet) as bar:
-        rows = run_matrix(cells, workers, progress=lambda _row: bar.update())
-    wall = time.perf_counter() - start
-    core = runtime_core()
+    rows, wall = run_with_progress(cells, run_matrix, workers, "coupled", args.quiet)
     config = {
         "nodes": nodes, "lam": lams, "policies": policy_names, "jobs": jobs, "seed": seed,
         "coupling_s": coupling, "wait": wait, "placement": DEFAULT_PLACEMENT,
         "background": not args.no_background, "background_tail_s": BACKGROUND_TAIL_S,
-        "core": "runtime_core(): the live runtime's defaults",
-        "queue": str(core.queue.value), "work_conserving": core.work_conserving,
-        "queue_weights": list(core.queue_weights), "cycle_s": cycle,
+        **live_core_config(), "cycle_s": cycle,
         "rate_per_weight": DEFAULT_RATE_PER_WEIGHT, "workers": workers,
         "wall_seconds": wall,
     }
-    write_csv(out / "results.csv", rows)
-    (out / "results.json").write_text(
-        json.dumps({"config": config, "rows": [asdict(r) for r in rows]}, indent=2,
-                   allow_nan=False) + "\n", encoding="utf-8")
+    write_csv(out / "results.csv", rows, CSV_COLUMNS)
+    write_json(out / "results.json", rows, config)
     plot(out / "coupled.png", rows, policy_names)
     print(format_table(rows))
-    print(f"{len(rows)} runs in {wall:.1f} s on {workers} worker(s); wrote "
-          f"{out / 'results.csv'}, {out / 'results.json'}, {out / 'coupled.png'}")
+    print(wrote(rows, wall, workers, out / "results.csv", out / "results.json",
+                out / "coupled.png"))
     return 0
 
 
@@ -405,11 +360,7 @@ def register(subparsers: Any) -> None:
             "and coupled.png into --out."
         ),
     )
-    parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_NODES)),
-                        help="comma-separated node counts (default %(default)s)")
-    parser.add_argument("--lam", default=",".join(_lam_text(x) for x in DEFAULT_LAMBDAS),
-                        help="comma-separated mean QoS inter-arrival times, s "
-                             "(default %(default)s)")
+    add_matrix_flags(parser, DEFAULT_NODES, DEFAULT_LAMBDAS)
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                         help="comma-separated scheduling policies (default %(default)s)")
     parser.add_argument("--jobs", default=str(DEFAULT_JOBS),
@@ -421,11 +372,5 @@ def register(subparsers: Any) -> None:
                              "(default %(default)s)")
     parser.add_argument("--no-background", action="store_true",
                         help="no CPU-bound grid-local job beside the coupled ones on each node")
-    parser.add_argument("--seed", default="0", help="random seed (default 0)")
-    parser.add_argument("--cycle", default=_lam_text(DEFAULT_CYCLE),
-                        help="local scheduling cycle q, s (default %(default)s)")
-    parser.add_argument("--workers", default=None,
-                        help="worker processes (default: the CPU count)")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_run_flags(parser, _lam_text(DEFAULT_CYCLE), DEFAULT_OUT)
     parser.set_defaults(handler=handler)

@@ -379,18 +379,60 @@ def _csv_value(value: object) -> str:
     return str(value)
 
 
-def write_csv(path: Path, rows: Sequence[Row]) -> None:
+def write_csv(path: Path, rows: Sequence[Any], columns: Sequence[str] = CSV_COLUMNS) -> None:
+    """``rows`` (dataclasses) as CSV, the fields ``columns`` (default this experiment's):
+    floats as ``repr``, ``None`` as empty (every experiment's ``results.csv``)."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(CSV_COLUMNS)
+        writer.writerow(columns)
         for row in rows:
             record = asdict(row)
-            writer.writerow([_csv_value(record[c]) for c in CSV_COLUMNS])
+            writer.writerow([_csv_value(record[c]) for c in columns])
 
 
-def write_json(path: Path, rows: Sequence[Row], config: dict[str, Any]) -> None:
+def write_json(path: Path, rows: Sequence[Any], config: dict[str, Any]) -> None:
     payload = {"config": config, "rows": [asdict(r) for r in rows]}
     path.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def worker_count(text: str | None) -> int:
+    """``--workers``: the CPU count when not given."""
+    return (os.cpu_count() or 1) if text is None else int_flag("--workers", text, 1)
+
+
+def output_dir(text: str, *subdirs: Path) -> Path:
+    """``--out``, created (and ``subdirs`` inside it); a :class:`UserError` if it cannot be."""
+    out = Path(text)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for sub in subdirs:
+            sub.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{out}: cannot create output directory: {exc.strerror}") from None
+    return out
+
+
+def run_with_progress(
+    cells: Sequence[_C],
+    matrix: Callable[..., list[_R]],
+    workers: int,
+    desc: str,
+    quiet: bool,
+) -> tuple[list[_R], float]:
+    """``matrix(cells, workers, progress=...)`` behind a progress bar on stderr (none
+    when ``quiet``): the rows and the wall time (s)."""
+    from tqdm import tqdm
+
+    start = time.perf_counter()
+    with tqdm(total=len(cells), desc=desc, unit="run", file=sys.stderr, disable=quiet) as bar:
+        rows = matrix(cells, workers, progress=lambda _row: bar.update())
+    return rows, time.perf_counter() - start
+
+
+def wrote(rows: Sequence[Any], wall: float, workers: int, *paths: object) -> str:
+    """The closing line of an experiment: runs, wall time, workers, what was written."""
+    return (f"{len(rows)} runs in {wall:.1f} s on {workers} worker(s); wrote "
+            + ", ".join(map(str, paths)))
 
 
 def variant(row: Row) -> str:
@@ -644,16 +686,18 @@ def _policy_list(text: str) -> list[str]:
     return registry_list("--policies", text, policies, "policy")
 
 
-def handler(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+def matrix_axes(args: argparse.Namespace) -> tuple[list[int], list[float], list[str]]:
+    """``--nodes``, ``--lam`` and ``--policies``: the matrix's node counts, lambdas (s)
+    and policy names."""
+    return (_int_list("--nodes", args.nodes), _float_list("--lam", args.lam),
+            _policy_list(args.policies))
 
-    nodes = _int_list("--nodes", args.nodes)
-    lams = _float_list("--lam", args.lam)
-    policy_names = _policy_list(args.policies)
+
+def handler(args: argparse.Namespace) -> int:
+    nodes, lams, policy_names = matrix_axes(args)
     jobs = None if args.jobs is None else int_flag("--jobs", args.jobs, 1)
     seed = int_flag("--seed", args.seed, None)
-    workers = (os.cpu_count() or 1) if args.workers is None else int_flag(
-        "--workers", args.workers, 1)
+    workers = worker_count(args.workers)
     cycle = seconds_flag("--cycle", args.cycle)
     log_every = int_flag("--log-every", args.log_every, 0)
     rate_per_weight = seconds_flag("--rate-per-weight", args.rate_per_weight,
@@ -666,23 +710,13 @@ def handler(args: argparse.Namespace) -> int:
             lambda p: _percent("--overbooking", p), "percentage")
     ]
 
-    out = Path(args.out)
-    log_dir = out / "logs"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        if log_every > 0:
-            log_dir.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"{out}: cannot create output directory: {exc.strerror}") from None
+    log_dir = Path(args.out) / "logs"
+    out = output_dir(args.out, *([log_dir] if log_every > 0 else []))
 
     cells = make_cells(nodes, lams, policy_names, seed, jobs, cycle,
                        args.work_conserving, log_every, log_dir, overbooking,
                        args.calibration, rate_per_weight, args.step_every_cycle)
-    start = time.perf_counter()
-    with tqdm(total=len(cells), desc="paper", unit="run", file=sys.stderr,
-              disable=args.quiet) as bar:
-        rows = run_matrix(cells, workers, progress=lambda _row: bar.update())
-    wall = time.perf_counter() - start
+    rows, wall = run_with_progress(cells, run_matrix, workers, "paper", args.quiet)
 
     config = {
         "nodes": nodes, "lam": lams, "policies": policy_names, "seed": seed,
@@ -701,10 +735,9 @@ def handler(args: argparse.Namespace) -> int:
     plot_acceptance(out / "acceptance.png", rows, lams, policy_names)
     plot_tradeoff(out / "tradeoff.png", rows, lams)
     print(format_table(rows))
-    print(f"{len(rows)} runs in {wall:.1f} s on {workers} worker(s); wrote "
-          f"{out / 'results.csv'}, {out / 'results.json'}, {out / 'phase_difference.png'}, "
-          f"{out / 'acceptance.png'}, {out / 'tradeoff.png'}"
-          + (f", {log_dir}/" if log_every > 0 else ""))
+    print(wrote(rows, wall, workers, out / "results.csv", out / "results.json",
+                out / "phase_difference.png", out / "acceptance.png", out / "tradeoff.png",
+                *([f"{log_dir}/"] if log_every > 0 else [])))
     return 0
 
 

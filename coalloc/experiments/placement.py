@@ -50,32 +50,30 @@ starts, over the jobs that waited and started.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import math
-import os
 import random
-import sys
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from coalloc.errors import UserError
 from coalloc.experiments.paper import (
     DEFAULT_RATE_PER_WEIGHT,
-    _float_list,
-    _int_list,
     _lam_text,
     _mean,
     _percentile,
-    _policy_list,
     cell_seed,
+    matrix_axes,
     mean_utilization,
+    output_dir,
     registry_list,
     run_cells,
+    run_with_progress,
     window_violation_fraction,
+    worker_count,
+    write_csv,
+    write_json,
+    wrote,
 )
 from coalloc.flags import int_flag, seconds_flag
 from coalloc.tables import render as table
@@ -328,21 +326,6 @@ def run_matrix(cells: Sequence[Cell], workers: int,
     return run_cells(cells, run_cell, workers, progress)
 
 
-def _csv_value(value: object) -> str:
-    if value is None:
-        return ""
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def write_csv(path: Path, rows: Sequence[Row]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(CSV_COLUMNS)
-        for r in rows:
-            d = asdict(r)
-            w.writerow([_csv_value(d[c]) for c in CSV_COLUMNS])
-
-
 def plot(path: Path, rows: Sequence[Row], policies: Sequence[str],
          placements: Sequence[str]) -> None:
     """Mean wait, mean turnaround and mean Φ against lambda (log scales), one row of
@@ -351,7 +334,6 @@ def plot(path: Path, rows: Sequence[Row], policies: Sequence[str],
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullLocator
 
     metrics = (("mean_wait", "mean wait (s)"), ("mean_turnaround", "mean turnaround (s)"),
                ("mean_phase_difference", "mean Φ (s)"))
@@ -375,19 +357,41 @@ def plot(path: Path, rows: Sequence[Row], policies: Sequence[str],
                                 linestyle=styles[a % len(styles)],
                                 marker=markers[a % len(markers)], color=f"C{b % 10}",
                                 label=f"{pol} + {pl}")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            lams = sorted({r.lam for r in rows})
-            ax.set_xticks(lams, [_lam_text(x) for x in lams])
-            ax.xaxis.set_minor_locator(NullLocator())
-            ax.set_xlabel("λ (s)")
-            ax.set_ylabel(label)
-            ax.set_title(f"{n} nodes")
-            ax.grid(True, alpha=0.3)
+            lam_panel(ax, rows, n, label, log=True)
+    save_figure(fig, axes, path,
+                "Strict jobs under the live defaults (work-conserving, queue: wait)")
+
+
+def lam_panel(ax: Any, rows: Sequence[Any], nodes: int, label: str, log: bool,
+              fontsize: float | None = None) -> None:
+    """Dress one panel of a figure against lambda (log scale, a tick per lambda of
+    ``rows``) for ``nodes`` nodes, ``label`` on the y axis (log scale when ``log``)."""
+    from matplotlib.ticker import NullLocator
+
+    ax.set_xscale("log")
+    if log:
+        ax.set_yscale("log")
+    lams = sorted({r.lam for r in rows})
+    ax.set_xticks(lams, [_lam_text(x) for x in lams])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("λ (s)")
+    if fontsize is None:
+        ax.set_ylabel(label)
+    else:
+        ax.set_ylabel(label, fontsize=fontsize)
+    ax.set_title(f"{nodes} nodes")
+    ax.grid(True, alpha=0.3)
+
+
+def save_figure(fig: Any, axes: Any, path: Path, title: str) -> None:
+    """The first panel's legend, ``title``, and ``fig`` written to ``path`` (PNG, no
+    software stamp, so the bytes depend only on the data) and closed."""
+    import matplotlib.pyplot as plt
+
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
         axes[0][0].legend(handles, labels, fontsize=7)
-    fig.suptitle("Strict jobs under the live defaults (work-conserving, queue: wait)")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
@@ -414,50 +418,43 @@ def _placement_list(text: str) -> list[str]:
     return registry_list("--placements", text, placement_policies, "placement")
 
 
-def handler(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
+def live_core_config() -> dict[str, Any]:
+    """The ``results.json`` entries that describe the live runtime's core configuration
+    (:func:`runtime.config.runtime_core`) the runs used."""
     from runtime.config import runtime_core
 
-    nodes = _int_list("--nodes", args.nodes)
-    lams = _float_list("--lam", args.lam)
-    policy_names = _policy_list(args.policies)
+    core = runtime_core()
+    return {
+        "core": "runtime_core(): the live runtime's defaults",
+        "queue": str(core.queue.value), "work_conserving": core.work_conserving,
+        "queue_weights": list(core.queue_weights),
+    }
+
+
+def handler(args: argparse.Namespace) -> int:
+    nodes, lams, policy_names = matrix_axes(args)
     placements = _placement_list(args.placements)
     users = int_flag("--users", args.users, 1)
     jobs = int_flag("--jobs", args.jobs, 1)
     seed = int_flag("--seed", args.seed, None)
     cycle = seconds_flag("--cycle", args.cycle)
-    workers = (os.cpu_count() or 1) if args.workers is None else int_flag(
-        "--workers", args.workers, 1)
-    out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"{out}: cannot create output directory: {exc.strerror}") from None
+    workers = worker_count(args.workers)
+    out = output_dir(args.out)
     cells = make_cells(nodes, lams, placements, users, jobs, seed, cycle, policy_names)
-    start = time.perf_counter()
-    with tqdm(total=len(cells), desc="placement", unit="run", file=sys.stderr,
-              disable=args.quiet) as bar:
-        rows = run_matrix(cells, workers, progress=lambda _row: bar.update())
-    wall = time.perf_counter() - start
-    core = runtime_core()
+    rows, wall = run_with_progress(cells, run_matrix, workers, "placement", args.quiet)
     config = {
         "nodes": nodes, "lam": lams, "placements": placements, "users": users,
         "user_draw": "seeded, user k with weight 1/(k+1)", "jobs": jobs, "seed": seed,
-        "policies": policy_names, "core": "runtime_core(): the live runtime's defaults",
-        "queue": str(core.queue.value), "work_conserving": core.work_conserving,
-        "queue_weights": list(core.queue_weights), "cycle_s": cycle,
+        "policies": policy_names, **live_core_config(), "cycle_s": cycle,
         "rate_per_weight": DEFAULT_RATE_PER_WEIGHT, "workers": workers,
         "wall_seconds": wall,
     }
-    write_csv(out / "results.csv", rows)
-    (out / "results.json").write_text(
-        json.dumps({"config": config, "rows": [asdict(r) for r in rows]}, indent=2,
-                   allow_nan=False) + "\n", encoding="utf-8")
+    write_csv(out / "results.csv", rows, CSV_COLUMNS)
+    write_json(out / "results.json", rows, config)
     plot(out / "placement.png", rows, policy_names, placements)
     print(format_table(rows))
-    print(f"{len(rows)} runs in {wall:.1f} s on {workers} worker(s); wrote "
-          f"{out / 'results.csv'}, {out / 'results.json'}, {out / 'placement.png'}")
+    print(wrote(rows, wall, workers, out / "results.csv", out / "results.json",
+                out / "placement.png"))
     return 0
 
 
@@ -474,11 +471,7 @@ def register(subparsers: Any) -> None:
             "cycle. Writes results.csv, results.json and placement.png into --out."
         ),
     )
-    parser.add_argument("--nodes", default=",".join(map(str, DEFAULT_NODES)),
-                        help="comma-separated node counts (default %(default)s)")
-    parser.add_argument("--lam", default=",".join(_lam_text(x) for x in DEFAULT_LAMBDAS),
-                        help="comma-separated mean QoS inter-arrival times, s "
-                             "(default %(default)s)")
+    add_matrix_flags(parser, DEFAULT_NODES, DEFAULT_LAMBDAS)
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                         help="comma-separated scheduling policies (default %(default)s; any "
                              "registered policy, e.g. sq_paper, none)")
@@ -488,11 +481,26 @@ def register(subparsers: Any) -> None:
                         help="users the strict jobs are drawn for (default %(default)s)")
     parser.add_argument("--jobs", default=str(DEFAULT_JOBS),
                         help="QoS jobs per run (default %(default)s)")
+    add_run_flags(parser, str(DEFAULT_CYCLE), DEFAULT_OUT)
+    parser.set_defaults(handler=handler)
+
+
+def add_matrix_flags(parser: Any, nodes: Sequence[int], lams: Sequence[float]) -> None:
+    """``--nodes`` and ``--lam``, defaulting to ``nodes`` and ``lams``."""
+    parser.add_argument("--nodes", default=",".join(map(str, nodes)),
+                        help="comma-separated node counts (default %(default)s)")
+    parser.add_argument("--lam", default=",".join(_lam_text(x) for x in lams),
+                        help="comma-separated mean QoS inter-arrival times, s "
+                             "(default %(default)s)")
+
+
+def add_run_flags(parser: Any, cycle: str, out: str) -> None:
+    """``--seed``, ``--cycle`` (default ``cycle``), ``--workers``, ``--out`` (default
+    ``out``) and ``--quiet``."""
     parser.add_argument("--seed", default="0", help="random seed (default 0)")
-    parser.add_argument("--cycle", default=str(DEFAULT_CYCLE),
+    parser.add_argument("--cycle", default=cycle,
                         help="local scheduling cycle q, s (default %(default)s)")
     parser.add_argument("--workers", default=None,
                         help="worker processes (default: the CPU count)")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="output directory (default %(default)s)")
+    parser.add_argument("--out", default=out, help="output directory (default %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.set_defaults(handler=handler)

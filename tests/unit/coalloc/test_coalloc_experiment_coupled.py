@@ -11,6 +11,7 @@ import pytest
 from coalloc.cli import main
 from coalloc.experiments.coupled import CSV_COLUMNS, Cell, make_workload
 
+EXPERIMENT = "coupled"  # for the ``runs`` fixture (conftest.py)
 TINY = ["--nodes", "3", "--lam", "80,300", "--jobs", "15", "--seed", "2", "--quiet"]
 
 
@@ -19,17 +20,6 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         reader = csv.DictReader(fh)
         assert tuple(reader.fieldnames or ()) == CSV_COLUMNS
         return list(reader)
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    out = {}
-    for workers in (1, 2):
-        d = tmp_path_factory.mktemp(f"coupled-w{workers}")
-        assert main(["experiment", "coupled", *TINY, "--workers", str(workers),
-                     "--out", str(d)]) == 0
-        out[workers] = d
-    return out
 
 
 def test_a_row_per_policy_and_cell(runs: dict[int, Path]) -> None:

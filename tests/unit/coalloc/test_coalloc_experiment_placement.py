@@ -25,6 +25,9 @@ from coalloc.experiments.placement import (
 from global_manager.simulator import JobResult, RunResult
 from workloads.model import JobSpec, Node, QosClass, SubtaskSpec, Workload
 
+# The ``runs`` fixture (conftest.py): the tiny matrix (2 x 2 cells, sq and strict, flow
+# and least_loaded) written with one worker and, again, with two.
+EXPERIMENT = "placement"
 TINY = ["--nodes", "3,4", "--lam", "20,200", "--jobs", "12", "--users", "2", "--seed", "3",
         "--placements", "flow,least_loaded", "--quiet"]
 
@@ -33,19 +36,6 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         return list(reader.fieldnames or []), list(reader)
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
-    """The tiny matrix (2 x 2 cells, sq and strict, flow and least_loaded) written with
-    one worker and, again, with two."""
-    out = {}
-    for workers in (1, 2):
-        d = tmp_path_factory.mktemp(f"placement-w{workers}")
-        assert main(["experiment", "placement", *TINY, "--workers", str(workers),
-                     "--out", str(d)]) == 0
-        out[workers] = d
-    return out
 
 
 def _f(value: str) -> float:
