@@ -95,7 +95,7 @@ def old_rewrite(svc: GlobalService, path: Path) -> None:
         "version": 2,
         "core": svc.core.snapshot(),
         "jobs": [info.to_record() for info in svc.jobs.values()],
-        "tokens": svc.tokens,
+        "tokens": {k: a.to_record() for k, a in svc.tokens.items()},
         "lost": svc.lost,
         "counters": svc.counters,
     })

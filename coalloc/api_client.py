@@ -15,6 +15,10 @@ into one :class:`~coalloc.errors.UserError` line:
   the line does not suggest it;
 * 401: the state file's token is not this deployment's; 400: the request was refused
   (the message is the server's one line); 5xx: the global manager failed.
+
+The cases in which the request may have been applied without an answer reaching us (not
+answering, did not come back, unreachable, 5xx) raise :class:`~coalloc.errors.NoAnswer`,
+so that ``submit`` can keep its idempotency token for a retry.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from coalloc.errors import UserError
+from coalloc.errors import NoAnswer, UserError
 
 #: Real seconds a request waits for its answer (``status`` asks every node, each at most
 #: 5 s; a dispatch may wait for actors).
@@ -88,7 +92,7 @@ class HttpApi:
                     self._cluster_gone(exc)
                     deadline = time.monotonic() + self.restart_wait
                 if time.monotonic() >= deadline:
-                    raise UserError(
+                    raise NoAnswer(
                         f"{self.address}: the coalloc global manager did not come back "
                         f"(its API {self.url} refused connections for {self.restart_wait:g} s); "
                         "run coalloc status, or coalloc up"
@@ -96,13 +100,15 @@ class HttpApi:
                 time.sleep(self.retry_every)
                 continue
             except TimeoutError:
-                raise UserError(
+                raise NoAnswer(
                     f"{self.address}: the coalloc global manager is not answering (its API "
                     f"{self.url} sent nothing within {self.timeout:g} s; is its process "
                     "stopped or overloaded?)"
                 ) from None
             except OSError as exc:
-                raise UserError(
+                # No route, a connection that timed out or was reset after the request
+                # went out: the request may have arrived.
+                raise NoAnswer(
                     f"{self.address}: cannot reach the coalloc API {self.url} "
                     f"({(exc.strerror or str(exc) or type(exc).__name__).lower()})"
                 ) from None
@@ -130,7 +136,7 @@ class HttpApi:
             raise UserError(f"{self.url}: the API refused the state file's token: it is not "
                             "this deployment's (was coalloc up run again elsewhere?)")
         if status >= 500:
-            raise UserError(f"{self.address}: the coalloc global manager failed: "
+            raise NoAnswer(f"{self.address}: the coalloc global manager failed: "
                             f"{_error_of(doc, status)}")
         if status in (400, 405, 413):
             raise UserError(_error_of(doc, status))

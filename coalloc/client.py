@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from coalloc.api_client import HttpApi
-from coalloc.errors import UserError
+from coalloc.errors import NoAnswer, UserError
 from runtime.status import (
     CancelResult,
     JobRecord,
@@ -117,13 +117,13 @@ class Client:
                         if isinstance(exc, ray.exceptions.ActorUnavailableError)
                         else "is gone"
                     )
-                    raise UserError(
+                    raise NoAnswer(
                         f"{self.address}: the coalloc global manager {what} "
                         f"(retried {RESTART_WAIT_S:g} s); run coalloc status, or coalloc up"
                     ) from None
                 time.sleep(RETRY_EVERY_S)
             except ray.exceptions.GetTimeoutError:
-                raise UserError(
+                raise NoAnswer(
                     f"{self.address}: the coalloc global manager did not answer within "
                     f"{timeout:g} s"
                 ) from None
@@ -168,38 +168,43 @@ class Client:
         return jobs
 
     # ------------------------------------------------------------------ the API
-    def submit_all(self, spec: Any) -> list[SubmitAnswer]:
+    def submit_all(self, spec: Any, token: str | None = None) -> list[SubmitAnswer]:
         """Submit every job of ``spec`` in one batch (they start at the same cycle
         boundary); one answer per job: ``job_id``, ``name``, ``admitted``, ``reason``,
-        ``nodes``, ``start_at`` (model s)."""
-        return parse_answers(self._call("submit", self.specs(spec), uuid.uuid4().hex))
+        ``nodes``, ``start_at`` (model s).
 
-    def submit_file(self, path: str | Path) -> list[SubmitAnswer]:
+        ``token``: this submission's idempotency token (a fresh one if None). A retry with
+        the token of a submission the global manager applied gets that submission's
+        answers and makes no job, for :data:`runtime.global_service.TOKEN_KEEP_S` real
+        seconds after it. Retry with the same token after a :class:`NoAnswer`."""
+        return parse_answers(self._call("submit", self.specs(spec), token or new_token()))
+
+    def submit_file(self, path: str | Path, token: str | None = None) -> list[SubmitAnswer]:
         """:meth:`submit_all` of a job file. Through the API its text is sent as it is
         and the global manager checks it (the same checks and messages as here, naming
         ``path``): this process needs no job parser. A file that cannot be read as
         UTF-8 text is parsed here, which names the problem."""
         if self.api is None:
-            return self.submit_all(path)
+            return self.submit_all(path, token)
         try:
             with open(path, "rb") as f:
                 raw = f.read(UPLOAD_LIMIT_BYTES + 1)
             text = raw.decode("utf-8")
         except (OSError, UnicodeDecodeError):
-            return self.submit_all(path)
+            return self.submit_all(path, token)
         return parse_answers(
-            self._call("submit_file", text, str(path), _os_user(), uuid.uuid4().hex))
+            self._call("submit_file", text, str(path), _os_user(), token or new_token()))
 
-    def submit(self, spec: Any) -> str:
+    def submit(self, spec: Any, token: str | None = None) -> str:
         """Submit one job; return its id (it runs, or waits in the pending queue).
-        Raises :class:`JobRejected` if it was rejected."""
+        Raises :class:`JobRejected` if it was rejected. ``token``: as :meth:`submit_all`'s."""
         jobs = self.specs(spec)
         if len(jobs) != 1:
             raise UserError(
                 f"{spec if isinstance(spec, (str, Path)) else '<input>'}: holds {len(jobs)} "
                 "jobs; use submit_all for several"
             )
-        (answer,) = parse_answers(self._call("submit", jobs, uuid.uuid4().hex))
+        (answer,) = parse_answers(self._call("submit", jobs, token or new_token()))
         if not answer.admitted and not answer.pending:
             raise JobRejected(answer.job_id, answer.reason)
         return answer.job_id
@@ -303,6 +308,26 @@ def recorded_node_count(address: str | None) -> int | None:
     return n if type(n) is int and n > 0 else None
 
 
+def api_timeout() -> float | None:
+    """``$COALLOC_API_TIMEOUT``: real seconds a request through the API waits for its
+    answer (None: unset, the default :data:`coalloc.api_client.API_TIMEOUT_S`)."""
+    raw = os.environ.get("COALLOC_API_TIMEOUT", "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise UserError(f"COALLOC_API_TIMEOUT={raw!r}: must be a number of seconds > 0")
+    return value
+
+
+def new_token() -> str:
+    """A fresh submission idempotency token (128 random bits, hex)."""
+    return uuid.uuid4().hex
+
+
 def recorded_api(address: str | None) -> tuple[str, str, str] | None:
     """(API URL, token, Ray address) that ``coalloc up`` recorded in the state file for
     the deployment ``address`` names (None: the recorded one), or None when there is no
@@ -338,6 +363,8 @@ def connect(address: str | None = None, timeout: float | None = None) -> Client:
         api = recorded_api(address)
         if api is not None:
             url, token, recorded = api
+            if timeout is None:
+                timeout = api_timeout()
             kwargs = {} if timeout is None else {"timeout": timeout}
             return Client(None, recorded,
                           HttpApi(url, token, recorded, restart_wait=RESTART_WAIT_S, **kwargs))

@@ -5,6 +5,12 @@ them); this module re-exports them under the name the command line has always us
 
 from __future__ import annotations
 
-from workloads.errors import UNPRINTABLE_CATEGORIES, UserError, escape_controls, is_unprintable
+from workloads.errors import (
+    UNPRINTABLE_CATEGORIES,
+    NoAnswer,
+    UserError,
+    escape_controls,
+    is_unprintable,
+)
 
-__all__ = ["UNPRINTABLE_CATEGORIES", "UserError", "escape_controls", "is_unprintable"]
+__all__ = ["UNPRINTABLE_CATEGORIES", "NoAnswer", "UserError", "escape_controls", "is_unprintable"]

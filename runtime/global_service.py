@@ -26,7 +26,8 @@ dispatched, a cancellation before the nodes are told, a subtask outcome before a
 read it. A service built over an existing journal recovers from it (a restarted global
 manager). A submission may carry a client token; a retried submission with a token
 already in the journal gets the recorded answers instead of a second admission (at most
-once). Finished jobs move to the journal's archive after ``keep_finished_s``
+once, for :data:`~runtime.jobs.TOKEN_KEEP_S` real s after the first answer). Finished
+jobs move to the journal's archive after ``keep_finished_s``
 (:meth:`GlobalService.archive_finished`).
 
 Node health (:mod:`runtime.node_health`) decides which nodes are stale or lost; this
@@ -49,7 +50,15 @@ from global_manager.core import GlobalManagerCore, QueueMode
 from runtime.config import RuntimeConfig
 from runtime.dispatch import Dispatch, DispatchFailed, send
 from runtime.job_journal import UNREADABLE, JobJournal
-from runtime.jobs import JobInfo, PendingDispatch, PlacedSubtask, RunId, SubtaskEnd
+from runtime.jobs import (
+    TOKEN_KEEP_S,
+    Answered,
+    JobInfo,
+    PendingDispatch,
+    PlacedSubtask,
+    RunId,
+    SubtaskEnd,
+)
 from runtime.journal import Sync
 from runtime.kv_store import KvStore, RunGone
 from runtime.metrics import NullGlobalMetrics, QueueGauges
@@ -81,8 +90,9 @@ from workloads.model import EndPolicy, JobPhase, JobSpec, Node, QosClass, Subtas
 
 log = logging.getLogger("coalloc.runtime")
 
-#: How many submission tokens (with their answers) the journal keeps for retries.
-TOKENS_KEPT = 256
+#: At most this many tokens are kept (memory); one forgotten younger than
+#: :data:`TOKEN_KEEP_S` is logged and counted (``tokens_forgotten_early``).
+TOKENS_KEPT = 65_536
 
 
 class GlobalService:
@@ -120,7 +130,7 @@ class GlobalService:
         )
         self.nodes = list(nodes)
         self.jobs: dict[str, JobInfo] = {}
-        self.tokens: dict[str, list[dict[str, Any]]] = {}
+        self.tokens: dict[str, Answered] = {}
         self.health = NodeHealth((n.name for n in nodes), clock.now())
         #: Last known work done (Mcycles) per (run id, subtask index), from the nodes.
         self.progress: dict[tuple[str, int], float] = {}
@@ -129,7 +139,7 @@ class GlobalService:
         self.subtask_reports: dict[tuple[str, int], SubtaskReport] = {}
         self.counters: dict[str, int] = {
             "requeued": 0, "failed_node_loss": 0, "failed_subtask": 0, "dispatch_failed": 0,
-            "zombies_cancelled": 0, "nodes_lost": 0,
+            "zombies_cancelled": 0, "nodes_lost": 0, "tokens_forgotten_early": 0,
         }
         self.journal = journal
         #: Subtask outcomes reconciliation applied (their notifications were lost).
@@ -195,7 +205,9 @@ class GlobalService:
             )
             return
         if found is not None:
-            self.jobs, self.tokens = found.jobs, found.tokens
+            now = self.clock.now()
+            self.jobs = found.jobs
+            self.tokens = {k: Answered.from_record(v, now) for k, v in found.tokens.items()}
             self.health.lost = found.lost
             self.counters.update(found.counters)
             self.recovered = True
@@ -503,9 +515,10 @@ class GlobalService:
         ``token``: the client's id of this submission; a retry with the same token gets
         the first answers."""
         with self._lock:
-            if token is not None and token in self.tokens:
-                return [dict(a) for a in self.tokens[token]]
             now = self.clock.now()
+            self._forget_tokens(now)
+            if token is not None and token in self.tokens:
+                return [dict(a) for a in self.tokens[token].answers]
             start = self.start_boundary(dispatch_calls([len(s.subtasks) for s in specs]))
             ids: list[str] = []
             placed: list[tuple[JobInfo, tuple[Subtask, ...]]] = []
@@ -534,12 +547,10 @@ class GlobalService:
             placed += self._cycle(start)[0]
             out = [self._answer(self.jobs[j]) for j in ids]
             if token is not None:
-                self.tokens[token] = out
+                self.tokens[token] = Answered(now, tuple(out))
                 self._store.token_changed(token)
                 while len(self.tokens) > TOKENS_KEPT:
-                    oldest = next(iter(self.tokens))
-                    del self.tokens[oldest]
-                    self._store.token_changed(oldest)
+                    self._forget_token(next(iter(self.tokens)), early=True)
             self._persist()  # write-ahead: recorded before it is dispatched
             reservations = [self._reserve(info, subtasks, start) for info, subtasks in placed]
         self._dispatch_all(reservations)  # outside the lock
@@ -548,10 +559,30 @@ class GlobalService:
             if after != out:  # a dispatch failed: the retry token must answer as now
                 out = after
                 if token is not None and token in self.tokens:
-                    self.tokens[token] = out
+                    self.tokens[token] = Answered(self.tokens[token].answered_at, tuple(out))
                     self._store.token_changed(token)
                 self._persist()
         return [dict(a) for a in out]
+
+    def _forget_tokens(self, now: float) -> None:
+        """Forget the tokens answered more than :data:`TOKEN_KEEP_S` real s before model
+        time ``now`` (the table is in the order they were answered)."""
+        keep = TOKEN_KEEP_S * self.config.time_scale
+        while self.tokens:
+            oldest = next(iter(self.tokens))
+            if self.tokens[oldest].answered_at + keep > now:
+                return
+            self._forget_token(oldest, early=False)
+
+    def _forget_token(self, token: str, early: bool) -> None:
+        del self.tokens[token]
+        self._store.token_changed(token)
+        if early:
+            # A retry of that submission would now make its jobs again: say so.
+            self.counters["tokens_forgotten_early"] += 1
+            log.warning("forgot a submission token younger than %g s (over %d kept): a "
+                        "retry of that submission would be applied again",
+                        TOKEN_KEEP_S, TOKENS_KEPT)
 
     def _answer(self, info: JobInfo) -> dict[str, Any]:
         """A submission's answer (:func:`runtime.status.submit_answer`) as the JSON the

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from global_manager.core import GlobalManagerCore
-from runtime.jobs import JobInfo
+from runtime.jobs import Answered, JobInfo
 from runtime.journal import Journal, JournalUnreadable, Sync, journal_files
 from workloads.model import JobPhase
 
@@ -71,11 +71,12 @@ def read_journal(path: Path) -> dict[str, dict[str, Any]]:
 @dataclass(frozen=True, slots=True)
 class Recovered:
     """The global manager's table as its journal holds it (the core's state is restored
-    in place): the job table, submission answers by token, lost nodes (node -> why) and
+    in place): the job table, submission answers by token (their journal rows:
+    :meth:`runtime.jobs.Answered.from_record` reads them), lost nodes (node -> why) and
     counters."""
 
     jobs: dict[str, JobInfo]
-    tokens: dict[str, list[dict[str, Any]]]
+    tokens: dict[str, object]
     lost: dict[str, str]
     counters: dict[str, int]
 
@@ -122,7 +123,7 @@ class JobJournal:
 
     def write(
         self, core: GlobalManagerCore, jobs: Mapping[str, JobInfo],
-        tokens: Mapping[str, list[dict[str, Any]]], lost: Mapping[str, str],
+        tokens: Mapping[str, Answered], lost: Mapping[str, str],
         counters: Mapping[str, int],
     ) -> None:
         """Write what changed since the last write in one transaction: the core's
@@ -152,7 +153,7 @@ class JobJournal:
                 self._core_written[job_id] = core.jobs[job_id]
             for token in changed_tokens:
                 if token in tokens:
-                    j.put("tokens", token, tokens[token])
+                    j.put("tokens", token, tokens[token].to_record())
                 else:
                     j.delete("tokens", token)
             j.commit()
@@ -197,7 +198,7 @@ class JobJournal:
 
     def write_all(
         self, core: GlobalManagerCore, jobs: Mapping[str, JobInfo],
-        tokens: Mapping[str, list[dict[str, Any]]], lost: Mapping[str, str],
+        tokens: Mapping[str, Answered], lost: Mapping[str, str],
         counters: Mapping[str, int],
     ) -> None:
         """Write the whole table into the (empty) journal, in one transaction."""
@@ -230,7 +231,7 @@ class JobJournal:
         core.restore(snap)
         found = Recovered(
             jobs={str(k): JobInfo.from_record(d) for k, d in data["jobs"].items()},
-            tokens={str(k): list(v) for k, v in data["tokens"].items()},
+            tokens={str(k): v for k, v in data["tokens"].items()},
             lost={str(k): str(v) for k, v in meta.get("lost", {}).items()},
             counters={str(k): int(v) for k, v in meta.get("counters", {}).items()},
         )

@@ -1,6 +1,7 @@
 """The live runtime's job records: a job in the global manager's job table
 (:class:`JobInfo`), its runs (:class:`RunId`), its placed subtasks and how they ended, and
-a run placed but not yet handed to the other actors (:class:`PendingDispatch`).
+a run placed but not yet handed to the other actors (:class:`PendingDispatch`), and a
+submission's answers kept under its idempotency token (:class:`Answered`).
 
 Times in model s, work in Mcycles, rates in Mcycles/s. No Ray and no I/O here: the
 records are JSON-able through :mod:`workloads.records` (the journal's rows).
@@ -50,6 +51,36 @@ class PendingDispatch:
     subtasks: tuple[Subtask, ...]
     start: float
     registration: JobRegistration | None
+
+
+#: Real seconds a submission's idempotency token (with its answers) is kept after it was
+#: answered: a client that got no answer may retry with the same token for this long and
+#: get the first answers, whatever the timing (``coalloc submit`` keeps an unanswered
+#: submission's token for as long, then asks the user to check: coalloc/submissions.py).
+TOKEN_KEEP_S = 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The answers a submission got (one JSON answer per job), kept under its client's
+    idempotency token so that a retry gets them again; ``answered_at``: model s they were
+    first given (the token is kept for a set time after it)."""
+
+    answered_at: float
+    answers: tuple[dict[str, Any], ...]
+
+    def to_record(self) -> dict[str, Any]:
+        return {"answered_at": self.answered_at, "answers": list(self.answers)}
+
+    @staticmethod
+    def from_record(data: object, recovered_at: float) -> Answered:
+        """The journal's row; a bare list of answers (written before answers had a time)
+        counts as answered at ``recovered_at``, so it is kept its full time from now."""
+        if isinstance(data, list):
+            return Answered(recovered_at, tuple(data))
+        if not isinstance(data, dict):
+            raise ValueError(f"submission answers: expected a mapping, got {data!r}")
+        return Answered(float(data["answered_at"]), tuple(data["answers"]))
 
 
 class Executor(str, Enum):

@@ -40,3 +40,9 @@ class UserError(Exception):
         super().__init__(message)
         if exit_code is not None:
             self.exit_code = exit_code
+
+
+class NoAnswer(UserError):
+    """A request to a service that went out but got no answer: it may or may not have been
+    applied (the service stopped, was cut off, or failed while answering). A caller that
+    must not apply a request twice retries it with the same idempotency token."""

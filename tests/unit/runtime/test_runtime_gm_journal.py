@@ -85,7 +85,8 @@ def state_of(gm: GlobalService) -> dict[str, Any]:
     return {
         "core": gm.core.snapshot(),
         "jobs": [(j, i.to_record()) for j, i in gm.jobs.items()],
-        "tokens": gm.tokens, "lost": gm.lost, "counters": gm.counters,
+        "tokens": {k: a.to_record() for k, a in gm.tokens.items()}, "lost": gm.lost,
+        "counters": gm.counters,
         "archive": gm.archived_jobs(),
         "describe": [{k: v for k, v in d.items() if d["state"] != "pending" or k not in derived}
                      for d in map(to_json, gm.describe(archived=True).jobs)],
@@ -217,3 +218,65 @@ def test_a_journal_of_an_old_version_is_moved_aside_with_one_line(
     (a,) = gm.submit([JOBS[1]])  # the new journal is written and read back
     gm.close()
     assert a["job_id"] in w.reopen().jobs
+
+
+def test_a_retried_token_gets_the_first_answers_until_its_keep_time_also_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A submission retried with its token makes no job for ``TOKEN_KEEP_S`` real s after
+    its first answer, also across a restarted global manager; after that the token is
+    forgotten (a retry is a new submission), and the table holds no token past its time."""
+    from runtime import jobs
+
+    w = World(tmp_path)
+    first = w.gm.submit([SPECS[0]], token="retry-me")
+    w.manual.set(jobs.TOKEN_KEEP_S * 0.5)
+    w.gm.close()
+    w.gm = w.reopen()
+    assert w.gm.submit([SPECS[0]], token="retry-me") == first
+    assert len(w.gm.jobs) == 1
+    w.manual.set(jobs.TOKEN_KEEP_S + 1.0)  # time scale 1: model s = real s
+    again = w.gm.submit([SPECS[1]], token="another")  # forgets the expired one first
+    assert "retry-me" not in w.gm.tokens and "retry-me" not in read_journal(w.path)["tokens"]
+    assert w.gm.submit([SPECS[1]], token="another") == again
+    later = w.gm.submit([SPECS[0]], token="retry-me")
+    assert later[0]["job_id"] != first[0]["job_id"] and len(w.gm.jobs) == 3
+    assert w.gm.counters["tokens_forgotten_early"] == 0
+    w.gm.close()
+
+
+def test_a_token_forgotten_for_room_before_its_time_is_counted_and_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from runtime import global_service
+
+    monkeypatch.setattr(global_service, "TOKENS_KEPT", 2)
+    w = World(tmp_path)
+    for k in range(3):
+        w.gm.submit([SPECS[0]], token=f"t{k}")
+    assert list(w.gm.tokens) == ["t1", "t2"]
+    assert w.gm.counters["tokens_forgotten_early"] == 1
+    assert any("would be applied again" in r.getMessage() for r in caplog.records)
+    w.gm.close()
+
+
+def test_tokens_journaled_as_bare_answer_lists_are_read_and_kept_their_full_time(
+    tmp_path: Path,
+) -> None:
+    """A journal row written before answers carried their time (a bare list) counts as
+    answered when the journal is recovered."""
+    from runtime import jobs
+
+    w = World(tmp_path)
+    first = w.gm.submit([SPECS[0]], token="old")
+    w.gm.close()
+    j = Journal(w.path, JOURNAL_TABLES, ("meta",))
+    j.put("tokens", "old", first)
+    j.commit()
+    j.close()
+    w.manual.set(100.0)
+    w.gm = w.reopen()
+    assert w.gm.tokens["old"].answered_at == 100.0
+    w.manual.set(100.0 + jobs.TOKEN_KEEP_S - 1.0)
+    assert w.gm.submit([SPECS[0]], token="old") == first
+    w.gm.close()
