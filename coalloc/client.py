@@ -334,16 +334,16 @@ def recorded_node_count(address: str | None) -> int | None:
     return n if type(n) is int and n > 0 else None
 
 
-def recorded_api(address: str | None) -> ApiCredentials | None:
+def recorded_api(address: str | None, any_transport: bool = False) -> ApiCredentials | None:
     """The API and the token to reach the deployment ``address`` names (None: the one
     this user has credentials for): with no ``address``, ``$COALLOC_API`` and
     ``$COALLOC_TOKEN`` or the credentials file (:mod:`coalloc.credentials`) first; else
     what ``coalloc up`` recorded in the state file (its admin's token). None when there
     is no such record or ``$COALLOC_TRANSPORT`` is ``ray`` (the Ray-driver path, for
-    debugging and as the benchmark's reference)."""
+    debugging and as the benchmark's reference; ``any_transport``: whatever it says)."""
     from runtime.state import load_state, state_path
 
-    if os.environ.get("COALLOC_TRANSPORT", "").lower() == "ray":
+    if not any_transport and os.environ.get("COALLOC_TRANSPORT", "").lower() == "ray":
         return None
     if not address:
         found = find_api()
@@ -357,6 +357,27 @@ def recorded_api(address: str | None) -> ApiCredentials | None:
     if not url or not token:
         return None
     return ApiCredentials(str(url), str(token), str(state_path()), state.address)
+
+
+def _api_client(api: ApiCredentials, timeout: float | None) -> Client:
+    kwargs = {} if timeout is None else {"timeout": timeout}
+    return Client(None, api.address or api.url,
+                  HttpApi(api.url, api.token, api.address, restart_wait=RESTART_WAIT_S,
+                          source=api.source, **kwargs))
+
+
+def connect_api(address: str | None = None, timeout: float | None = None) -> Client:
+    """A client of the deployment's HTTP API only (never through Ray, also in a process
+    connected to Ray): what the credential commands use. UserError when no credentials
+    file, ``$COALLOC_API``/``$COALLOC_TOKEN`` or state file names an API."""
+    from coalloc.credentials import credentials_path
+    from runtime.state import state_path
+
+    api = recorded_api(address, any_transport=True)
+    if api is None:
+        raise UserError(f"no coalloc API: neither {credentials_path()} (from coalloc user "
+                        f"add) nor {state_path()} (from coalloc up) names one")
+    return _api_client(api, timeout)
 
 
 def connect(address: str | None = None, timeout: float | None = None) -> Client:
@@ -374,10 +395,7 @@ def connect(address: str | None = None, timeout: float | None = None) -> Client:
     if not (in_ray and not address):
         api = recorded_api(address)
         if api is not None:
-            kwargs = {} if timeout is None else {"timeout": timeout}
-            return Client(None, api.address or api.url,
-                          HttpApi(api.url, api.token, api.address, restart_wait=RESTART_WAIT_S,
-                                  source=api.source, **kwargs))
+            return _api_client(api, timeout)
     from runtime.config import GLOBAL_NAME
     from runtime.deploy import connect_ray, find_actor
 

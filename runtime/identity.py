@@ -107,7 +107,9 @@ def check_cancel(
     non-admin's cancel is limited to its own jobs. Raises :class:`Forbidden` naming the
     jobs (or the user) it may not cancel."""
     if who.role is Role.READ_ONLY:
-        raise Forbidden(f"{who.name}: a read-only credential cannot cancel jobs")
+        named = ", ".join(owners) + ": " if owners else ""
+        raise Forbidden(f"{named}{who.name} has a read-only credential: it cannot cancel "
+                        "jobs")
     if who.admin:
         return user_filter
     theirs = [j for j, u in owners.items() if not allowed(who.role, Action.CANCEL, who.name, u)]

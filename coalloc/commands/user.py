@@ -72,16 +72,15 @@ def _write_new(path: Path, data: bytes) -> None:
 
 
 def run_add(args: argparse.Namespace) -> int:
-    from coalloc.client import connect
+    from coalloc.client import connect_api as connect
     from coalloc.credentials import credentials_document
 
     out = Path(args.out).expanduser()
     if out.exists():
         raise UserError(f"{out}: exists; choose another --out (or remove it)")
     client = connect(args.address)
-    url = args.url or (client.api.url if client.api is not None else "")
-    if not url:
-        raise UserError("--url: give the API's URL (this command did not use the API)")
+    assert client.api is not None
+    url = args.url or client.api.url
     rec = client.add_user(args.name, args.role)
     _write_new(out, credentials_document(url, str(rec["token"]), args.name))
     print(f"{args.name} ({rec['role']}): credentials written to {out} (0600); the user "
@@ -96,7 +95,7 @@ def _when(t: object) -> str:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from coalloc.client import connect
+    from coalloc.client import connect_api as connect
     from coalloc.tables import render
 
     rows = connect(args.address).users()
@@ -108,7 +107,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_revoke(args: argparse.Namespace) -> int:
-    from coalloc.client import connect
+    from coalloc.client import connect_api as connect
 
     rec = connect(args.address).revoke_user(args.name)
     print(f"{rec['name']}: revoked ({_when(rec.get('revoked'))})")
@@ -116,7 +115,7 @@ def run_revoke(args: argparse.Namespace) -> int:
 
 
 def run_whoami(args: argparse.Namespace) -> int:
-    from coalloc.client import connect
+    from coalloc.client import connect_api as connect
 
     me = connect(args.address).whoami()
     print(f"{me['name']} ({me['role']})")

@@ -387,7 +387,8 @@ def test_the_client_says_a_refused_request_in_one_line(
 ) -> None:
     server, _ = served
     wrong = HttpApi(server.url, "not-the-token", "127.0.0.1:1")
-    with pytest.raises(UserError, match="refused the credential from the state file: unknown credential") as err:
+    with pytest.raises(UserError, match="refused the credential from the state file: unknown") \
+            as err:
         wrong.call("queue")
     assert "\n" not in str(err.value)
     bad = {"name": "bad", "qos": "best_effort", "subtasks": [{"work": 1}]}
