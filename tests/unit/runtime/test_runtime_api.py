@@ -428,3 +428,20 @@ def test_a_global_manager_that_does_not_answer_is_reported_as_not_answering() ->
 def test_a_bad_recorded_url_is_one_line() -> None:
     with pytest.raises(UserError, match="not an API address"):
         HttpApi("ftp://x", TOKEN, "h:1")
+
+
+def test_no_token_reaches_the_log(served: tuple[ApiServer, FakeBackend],
+                                  caplog: pytest.LogCaptureFixture) -> None:
+    """The request lines the server logs (debug) have every token blanked: a refused
+    browser's ``?token=`` too."""
+    import logging
+
+    server, _ = served
+    secret = "never-log-" + "x" * 20
+    with caplog.at_level(logging.DEBUG, logger="coalloc.runtime.api"):
+        assert raw(server, "GET", f"/api/v1/status?token={secret}&job=a", token=None)[0] == 401
+        assert raw(server, "GET", f"/?token={secret}", token=None)[0] == 401
+        assert raw(server, "GET", "/api/v1/queue", token=secret)[0] == 401
+        assert raw(server, "GET", f"/api/v1/queue?token={TOKEN}", token=None)[0] == 200
+    assert "token=***" in caplog.text
+    assert secret not in caplog.text and TOKEN not in caplog.text
