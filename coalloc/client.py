@@ -11,8 +11,10 @@ the status document, queue rows, submission answers, cancel results), parsed fro
 global manager's JSON as the API serves it.
 
 ``connect`` finds the cluster from ``address`` (``host:port`` of the Ray GCS, or
-``auto``), else from the state file ``coalloc up`` wrote (``~/.coalloc/state.json``), else
-from ``$RAY_ADDRESS``. Errors a user can fix (no cluster, coalloc not running there, a
+``auto``), else from the user's credentials (``$COALLOC_API``/``$COALLOC_TOKEN`` or
+``~/.coalloc/credentials``, :mod:`coalloc.credentials`: the API as that user), else from
+the state file ``coalloc up`` wrote (``~/.coalloc/state.json``: its admin), else from
+``$RAY_ADDRESS``. Errors a user can fix (no cluster, coalloc not running there, a
 bad job spec, an unknown job id) are :class:`coalloc.errors.UserError` with a one-line
 message.
 """
