@@ -172,3 +172,20 @@ def test_credentials_survive_a_restart_of_the_global_manager_as_hashes(
     assert again.authenticate(admin_token) is Refusal.REVOKED
     assert [c.name for c in again.list_users()] == ["alice", "ops", "root"]
     again.close()
+
+
+def test_status_of_a_job_shows_its_private_part_only_when_served() -> None:
+    """``coalloc status JOB`` prints the commands and environment the record carries
+    (its user's and the admins' view), and nothing when the API left them out."""
+    from coalloc.commands.status import _private_lines
+    from runtime.status import JobPrivate, JobRecord
+    from workloads.model import JobPhase, QosClass
+
+    rec = JobRecord(job_id="j1", name="a", qos=QosClass.STRICT, user="alice", priority=0,
+                    state=JobPhase.RUNNING, reason="", submitted_at=0.0, run_id="j1")
+    assert _private_lines(rec) == []
+    rec = rec.model_copy(update={"private": JobPrivate(
+        commands=[["python3", "-c", "print('x y')"], None], env={"A": "1 2"},
+        subtask_env=[{}, {}])})
+    assert _private_lines(rec) == ["  command[0]: python3 -c 'print('\"'\"'x y'\"'\"')'",
+                                   "  env: A='1 2'"]
