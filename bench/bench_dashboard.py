@@ -99,6 +99,11 @@ class SyntheticBackend:
         live = [j for j in self._jobs() if j["state"] in ("pending", "running")]
         return [{k: j.get(k) for k in keys} for j in live]
 
+    def authenticate(self, token: str | None) -> Any:
+        from runtime.identity import Identity, Refusal, Role
+
+        return Identity("bench", Role.ADMIN) if token == "bench-token" else Refusal.UNKNOWN
+
     def deployment(self) -> dict[str, Any]:
         return {}
 
@@ -108,7 +113,7 @@ class SyntheticBackend:
     def job_states(self, job_ids: Any = None) -> dict[str, str]:
         return {}
 
-    def submit_documents(self, jobs: Any, token: Any) -> list[Any]:
+    def submit_documents(self, *args: Any) -> list[Any]:
         return []
 
     def submit_file(self, *args: Any) -> list[Any]:
@@ -143,7 +148,7 @@ def main() -> int:
         return 2
     backend = SyntheticBackend()
     # Its documents are plain JSON of the live shape: the API serves them as they are.
-    server = ApiServer(cast("ApiBackend", backend), "127.0.0.1", 0, "bench-token")
+    server = ApiServer(cast("ApiBackend", backend), "127.0.0.1", 0)
     status_bytes = len(json.dumps(backend.status()))
     queue_bytes = len(json.dumps(backend.queue()))
     one = len(json.dumps(backend.status("r00000")))

@@ -13,8 +13,10 @@ into one :class:`~coalloc.errors.UserError` line:
 * the connection is accepted but nothing answers within ``timeout``: the global manager
   is not answering (its process stopped, or overloaded); ``coalloc up`` would refuse, so
   the line does not suggest it;
-* 401: the state file's token is not this deployment's; 400: the request was refused
-  (the message is the server's one line); 5xx: the global manager failed.
+* 401: the credential (from the credentials file, ``$COALLOC_TOKEN`` or the state
+  file: ``source``) is missing, unknown or revoked; 403: its user may not do this (the
+  server's one line, naming the job); 400: the request was refused (the server's one
+  line); 5xx: the global manager failed.
 
 The cases in which the request may have been applied without an answer reaching us (not
 answering, did not come back, unreachable, 5xx) raise :class:`~coalloc.errors.NoAnswer`,
@@ -41,23 +43,25 @@ PREFIX = "/api/v1"
 
 
 class HttpApi:
-    """The API at ``url`` (``http://host:port``) with bearer ``token``; ``address``: the
-    deployment's Ray address, for messages and for telling a gone cluster from a
-    restarting global manager."""
+    """The API at ``url`` (``http://host:port``) with bearer ``token`` (read from
+    ``source``); ``address``: the deployment's Ray address ("" when not known: a user's
+    credentials file), for messages and for telling a gone cluster from a restarting
+    global manager."""
 
     def __init__(
         self, url: str, token: str, address: str, timeout: float = API_TIMEOUT_S,
-        restart_wait: float = 20.0, retry_every: float = 0.5,
+        restart_wait: float = 20.0, retry_every: float = 0.5, source: str = "the state file",
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
-            raise UserError(f"{url}: not an API address (expected http://host:port); "
-                            "remove the state file and run coalloc up")
+            raise UserError(f"{url}: not an API address (expected http://host:port; "
+                            f"from {source})")
         self.url = url
+        self.source = source
         self.host = parts.hostname
         self.port = parts.port
         self.token = token
-        self.address = address
+        self.address = address or url
         self.timeout = timeout
         self.restart_wait = restart_wait
         self.retry_every = retry_every
@@ -121,6 +125,8 @@ class HttpApi:
         whole cluster is gone; say so as every other command does."""
         from runtime.deploy import gcs_problem
 
+        if self.address == self.url:
+            return  # no Ray address known: a restarting global manager is waited for
         problem = gcs_problem(self.address)
         if problem is not None:
             raise UserError(f"{self.address}: no Ray cluster reachable there ({problem}); "
@@ -133,8 +139,10 @@ class HttpApi:
             raise UserError(f"{self.url}: the API answered {status} with something that is "
                             "not JSON: not a coalloc global manager?") from None
         if status == 401:
-            raise UserError(f"{self.url}: the API refused the state file's token: it is not "
-                            "this deployment's (was coalloc up run again elsewhere?)")
+            raise UserError(f"{self.url}: the API refused the credential from {self.source}: "
+                            f"{_error_of(doc, status)}")
+        if status == 403:
+            raise UserError(_error_of(doc, status))
         if status >= 500:
             raise NoAnswer(f"{self.address}: the coalloc global manager failed: "
                             f"{_error_of(doc, status)}")
@@ -173,13 +181,21 @@ class HttpApi:
             return self.request("POST", "/jobs", {
                 "jobs": [job_to_dict(s) for s in specs], "token": token})[1]
         if method == "submit_file":
-            text, source, user, token = args
-            return self.request("POST", "/jobs", {
-                "file": text, "source": source, "default_user": user, "token": token})[1]
+            text, source, token = args
+            return self.request("POST", "/jobs", {"file": text, "source": source,
+                                                  "token": token})[1]
         if method == "cancel_jobs":
             ids, user, state = args
             return self.request("POST", "/cancel",
                                 {"job_ids": ids, "user": user, "state": state})[1]
+        if method in ("whoami", "list_users"):
+            return self._get("/whoami" if method == "whoami" else "/users")
+        if method == "add_user":
+            name, role = args
+            return self.request("POST", "/users", {"name": name, "role": role})[1]
+        if method == "revoke_user":
+            status, doc = self.request("DELETE", f"/users/{quote(str(args[0]), safe='')}")
+            return None if status == 404 else doc
         if method == "cancel":
             (result,) = self.call("cancel_jobs", [args[0]], None, None)
             if result.get("result") == "unknown job id":

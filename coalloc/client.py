@@ -11,8 +11,10 @@ the status document, queue rows, submission answers, cancel results), parsed fro
 global manager's JSON as the API serves it.
 
 ``connect`` finds the cluster from ``address`` (``host:port`` of the Ray GCS, or
-``auto``), else from the state file ``coalloc up`` wrote (``~/.coalloc/state.json``), else
-from ``$RAY_ADDRESS``. Errors a user can fix (no cluster, coalloc not running there, a
+``auto``), else from the user's credentials (``$COALLOC_API``/``$COALLOC_TOKEN`` or
+``~/.coalloc/credentials``, :mod:`coalloc.credentials`: the API as that user), else from
+the state file ``coalloc up`` wrote (``~/.coalloc/state.json``: its admin), else from
+``$RAY_ADDRESS``. Errors a user can fix (no cluster, coalloc not running there, a
 bad job spec, an unknown job id) are :class:`coalloc.errors.UserError` with a one-line
 message.
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from coalloc.api_client import HttpApi
+from coalloc.credentials import ApiCredentials, find_api
 from coalloc.errors import NoAnswer, UserError
 from runtime.status import (
     CancelResult,
@@ -38,17 +41,6 @@ from runtime.status import (
     parse_cancels,
     parse_queue,
 )
-
-
-def _os_user() -> str:
-    """The OS user running this process, or "" where the OS cannot name one (the
-    global manager then applies the job files' default)."""
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return ""
 
 
 def submitting_user() -> str:
@@ -138,15 +130,25 @@ class Client:
         """Job specs from a mapping, a JobSpec, a list of those, or a YAML/JSON file path;
         checked against the number of nodes (SpecError names the source and field)."""
         from workloads.model import JobSpec
-        from workloads.spec import check_fits, check_name, load_jobs, parse_document, parse_job
+        from workloads.spec import (
+            DEFAULT_USER,
+            check_fits,
+            check_name,
+            load_jobs,
+            parse_document,
+            parse_job,
+        )
 
         source = "<input>"
+        # Through the API a job naming no user is the credential's (the server's
+        # default); through Ray, the OS user's.
+        default_user = DEFAULT_USER if self.api is not None else submitting_user()
         # The node count first: a job with more subtasks is refused before its subtasks
         # are parsed.
         n_nodes = int(self.deployment()["n_nodes"])
         if isinstance(spec, (str, Path)):
             source = str(spec)
-            jobs = load_jobs(spec, n_nodes, default_user=submitting_user())
+            jobs = load_jobs(spec, n_nodes, default_user=default_user)
         elif isinstance(spec, JobSpec):
             jobs = [spec]
         elif isinstance(spec, Mapping):
@@ -156,7 +158,7 @@ class Client:
             if all(isinstance(j, JobSpec) for j in items):
                 jobs = items
             else:
-                jobs = parse_document(items, source, n_nodes, default_user=submitting_user())
+                jobs = parse_document(items, source, n_nodes, default_user=default_user)
         else:
             raise UserError(
                 f"spec: expected a job mapping, a JobSpec or a file path, got {type(spec).__name__}"
@@ -193,7 +195,7 @@ class Client:
         except (OSError, UnicodeDecodeError):
             return self.submit_all(path, token)
         return parse_answers(
-            self._call("submit_file", text, str(path), _os_user(), token or new_token()))
+            self._call("submit_file", text, str(path), token or new_token()))
 
     def submit(self, spec: Any, token: str | None = None) -> str:
         """Submit one job; return its id (it runs, or waits in the pending queue).
@@ -257,6 +259,34 @@ class Client:
             raise UserError(f"{job_id}: unknown job id")
         return JobRecord.model_validate(rec)
 
+    # ------------------------------------------------------------- credentials
+    def whoami(self) -> dict[str, str]:
+        """The user and role this client's credential acts as (``name``, ``role``)."""
+        return dict(self._api_only("whoami"))
+
+    def users(self) -> list[dict[str, Any]]:
+        """Admins: every credential (``name``, ``role``, ``created``, ``revoked``: wall
+        s since the Unix epoch, None while in force)."""
+        return list(self._api_only("list_users"))
+
+    def add_user(self, name: str, role: str = "user") -> dict[str, Any]:
+        """Admins: a new credential for ``name`` (``role``: ``user``, ``admin`` or
+        ``read-only``); the answer's ``token`` is the only copy."""
+        return dict(self._api_only("add_user", name, role))
+
+    def revoke_user(self, name: str) -> dict[str, Any]:
+        """Admins: revoke ``name``'s credential; UserError for an unknown user."""
+        rec = self._api_only("revoke_user", name)
+        if rec is None:
+            raise UserError(f"{name}: no such user")
+        return dict(rec)
+
+    def _api_only(self, method: str, *args: Any) -> Any:
+        if self.api is None:
+            raise UserError(f"{method}: credentials live in the HTTP API; reach it with a "
+                            "credentials file or up's state file (not COALLOC_TRANSPORT=ray)")
+        return self.api.call(method, *args)
+
     def cancel_jobs(
         self, job_ids: Iterable[str] | None = None, user: str | None = None,
         state: str | None = None,
@@ -285,9 +315,12 @@ def resolve_address(address: str | None) -> str:
     env = os.environ.get("RAY_ADDRESS")
     if env:
         return env
+    from coalloc.credentials import credentials_path
+
     raise UserError(
-        f"no coalloc cluster: {state_path()} does not exist; run coalloc up "
-        "(or give --address host:port of a Ray cluster where coalloc up ran)"
+        f"no coalloc cluster: neither {credentials_path()} (from coalloc user add) nor "
+        f"{state_path()} exists; run coalloc up (or give --address host:port of a Ray "
+        "cluster where coalloc up ran)"
     )
 
 
@@ -328,15 +361,21 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def recorded_api(address: str | None) -> tuple[str, str, str] | None:
-    """(API URL, token, Ray address) that ``coalloc up`` recorded in the state file for
-    the deployment ``address`` names (None: the recorded one), or None when there is no
-    such record or ``$COALLOC_TRANSPORT`` is ``ray`` (the Ray-driver path, for
-    debugging and as the benchmark's reference)."""
-    from runtime.state import load_state
+def recorded_api(address: str | None, any_transport: bool = False) -> ApiCredentials | None:
+    """The API and the token to reach the deployment ``address`` names (None: the one
+    this user has credentials for): with no ``address``, ``$COALLOC_API`` and
+    ``$COALLOC_TOKEN`` or the credentials file (:mod:`coalloc.credentials`) first; else
+    what ``coalloc up`` recorded in the state file (its admin's token). None when there
+    is no such record or ``$COALLOC_TRANSPORT`` is ``ray`` (the Ray-driver path, for
+    debugging and as the benchmark's reference; ``any_transport``: whatever it says)."""
+    from runtime.state import load_state, state_path
 
-    if os.environ.get("COALLOC_TRANSPORT", "").lower() == "ray":
+    if not any_transport and os.environ.get("COALLOC_TRANSPORT", "").lower() == "ray":
         return None
+    if not address:
+        found = find_api()
+        if found is not None:
+            return found
     state = load_state()
     if state is None or (address and address not in (state.address,
                                                      state.extra.get("connect_address"))):
@@ -344,7 +383,30 @@ def recorded_api(address: str | None) -> tuple[str, str, str] | None:
     url, token = state.extra.get("api_url"), state.extra.get("api_token")
     if not url or not token:
         return None
-    return str(url), str(token), state.address
+    return ApiCredentials(str(url), str(token), str(state_path()), state.address)
+
+
+def _api_client(api: ApiCredentials, timeout: float | None) -> Client:
+    kwargs = {} if timeout is None else {"timeout": timeout}
+    return Client(None, api.address or api.url,
+                  HttpApi(api.url, api.token, api.address, restart_wait=RESTART_WAIT_S,
+                          source=api.source, **kwargs))
+
+
+def connect_api(address: str | None = None, timeout: float | None = None) -> Client:
+    """A client of the deployment's HTTP API only (never through Ray, also in a process
+    connected to Ray): what the credential commands use. UserError when no credentials
+    file, ``$COALLOC_API``/``$COALLOC_TOKEN`` or state file names an API."""
+    from coalloc.credentials import credentials_path
+    from runtime.state import state_path
+
+    api = recorded_api(address, any_transport=True)
+    if timeout is None:
+        timeout = api_timeout()
+    if api is None:
+        raise UserError(f"no coalloc API: neither {credentials_path()} (from coalloc user "
+                        f"add) nor {state_path()} (from coalloc up) names one")
+    return _api_client(api, timeout)
 
 
 def connect(address: str | None = None, timeout: float | None = None) -> Client:
@@ -362,12 +424,7 @@ def connect(address: str | None = None, timeout: float | None = None) -> Client:
     if not (in_ray and not address):
         api = recorded_api(address)
         if api is not None:
-            url, token, recorded = api
-            if timeout is None:
-                timeout = api_timeout()
-            kwargs = {} if timeout is None else {"timeout": timeout}
-            return Client(None, recorded,
-                          HttpApi(url, token, recorded, restart_wait=RESTART_WAIT_S, **kwargs))
+            return _api_client(api, api_timeout() if timeout is None else timeout)
     from runtime.config import GLOBAL_NAME
     from runtime.deploy import connect_ray, find_actor
 

@@ -40,6 +40,7 @@ from runtime.config import (
 )
 from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
+from runtime.identity import AdminSeed, Credential, Identity, Refusal, Role, check_submit
 from runtime.journal import journal_files
 from runtime.node_host import HostedNode, node_handle
 from runtime.node_runtime import NodeRuntime
@@ -598,10 +599,11 @@ class GlobalManagerActor:
         config: RuntimeConfig,
         base: TimeBase,
         info: dict[str, Any],
-        api_token: str | None = None,
+        auth: AdminSeed | None = None,
     ) -> None:
-        """``api_token``: the HTTP API's bearer token (None: no API); the API listens on
-        this node's address, port ``info["api_port"]`` (see :mod:`runtime.api`)."""
+        """``auth``: the HTTP API's credentials' key, first admin and the runs'
+        key-value secret (None: no API); the API listens on this node's address, port
+        ``info["api_port"]`` (see :mod:`runtime.api`)."""
         import ray
 
         self.config = config
@@ -645,14 +647,16 @@ class GlobalManagerActor:
         self.service.addresses = _node_addresses(placements)
         self.api: ApiServer | None = None
         self.api_error: str | None = None
-        if api_token:
-            self.api = self._serve_api(int(self.info.get("api_port") or 0), api_token)
-        if self.api is not None and api_token:
+        if auth is not None:
+            self.service.open_users(auth)
+            self.api = self._serve_api(int(self.info.get("api_port") or 0), auth.kv_secret)
+        if self.api is not None and auth is not None:
             # The members' key-value store is served on the API, their credentials
-            # derived from its token (runtime.rendezvous).
-            self.service.kv_access = KvAccess(self.api.url, api_token)
+            # derived from the deployment's key-value secret (runtime.rendezvous): no
+            # user's credential, so revoking one never touches a running job.
+            self.service.kv_access = KvAccess(self.api.url, auth.kv_secret)
 
-    def _serve_api(self, port: int, token: str) -> ApiServer | None:
+    def _serve_api(self, port: int, kv_secret: str) -> ApiServer | None:
         """The HTTP API on this node's address and ``port``. A restarted global manager
         binds the same port again: its predecessor's socket may take a moment to go, so
         binding is retried for :data:`API_BIND_WAIT_S`; then the error is logged and shown
@@ -661,7 +665,7 @@ class GlobalManagerActor:
         deadline = time.monotonic() + API_BIND_WAIT_S
         while True:
             try:
-                return ApiServer(self, host, port, token, kv=self.service)
+                return ApiServer(self, host, port, kv=self.service, kv_secret=kv_secret)
             except OSError as exc:
                 if time.monotonic() >= deadline:
                     self.api_error = f"cannot serve the API on {host}:{port}: {exc}"
@@ -781,32 +785,55 @@ class GlobalManagerActor:
         return parse_answers(self.service.submit(list(specs), token))
 
     def submit_documents(
-        self, jobs: list[Mapping[str, Any]], token: str | None = None
+        self, jobs: list[Mapping[str, Any]], token: str | None, who: Identity
     ) -> list[SubmitAnswer]:
-        """:meth:`submit` of job mappings (the API's body): each is checked as a job
-        file's entry is, against this deployment's node count; the first bad one raises
-        :class:`~workloads.spec.SpecError` naming ``jobs[i]`` and the field."""
+        """:meth:`submit` of job mappings (the API's body) by user ``who`` (a job naming
+        no user is ``who``'s; :func:`~runtime.identity.check_submit`): each is checked as
+        a job file's entry is, against this deployment's node count; the first bad one
+        raises :class:`~workloads.spec.SpecError` naming ``jobs[i]`` and the field."""
         from workloads.spec import check_fits, parse_job
 
         n = len(self.placements)
         specs = []
         for i, doc in enumerate(jobs):
-            spec = parse_job(doc, "request", i, n_nodes=n)
+            spec = parse_job(doc, "request", i, n_nodes=n, default_user=who.name)
             check_fits(spec, n, "request", i)
             specs.append(spec)
+        check_submit(who, (s.user for s in specs))
         return parse_answers(self.service.submit(specs, token))
 
     def submit_file(
-        self, text: str, source: str, default_user: str = "", token: str | None = None
+        self, text: str, source: str, token: str | None, who: Identity
     ) -> list[SubmitAnswer]:
-        """:meth:`submit` of a job file's text (the API's body), checked as
-        :func:`~workloads.spec.load_jobs` checks the file ``source``, against this
-        deployment's node count (errors name ``source``)."""
-        from workloads.spec import DEFAULT_USER, load_jobs_text
+        """:meth:`submit` of a job file's text (the API's body) by user ``who`` (as
+        :meth:`submit_documents`), checked as :func:`~workloads.spec.load_jobs` checks
+        the file ``source``, against this deployment's node count (errors name
+        ``source``)."""
+        from workloads.spec import load_jobs_text
 
-        specs = load_jobs_text(text, source, len(self.placements),
-                               default_user=default_user or DEFAULT_USER)
+        specs = load_jobs_text(text, source, len(self.placements), default_user=who.name)
+        check_submit(who, (s.user for s in specs))
         return parse_answers(self.service.submit(specs, token))
+
+    # ------------------------------------------------------- the API's users
+    def authenticate(self, token: str | None) -> Identity | Refusal:
+        return self.service.authenticate(token)
+
+    def job_owners(self, job_ids: list[str]) -> dict[str, str]:
+        return self.service.job_owners(job_ids)
+
+    def list_users(self) -> list[dict[str, object]]:
+        return [_user_view(c) for c in self.service.list_users()]
+
+    def add_user(self, name: str, role: Role) -> dict[str, object]:
+        cred, token = self.service.add_user(name, role)
+        return dict(_user_view(cred), token=token)
+
+    def revoke_user(self, name: str) -> dict[str, object] | None:
+        try:
+            return _user_view(self.service.revoke_user(name))
+        except KeyError:
+            return None
 
     def cancel_jobs(
         self, job_ids: list[str] | None, user: str | None = None, state: str | None = None
@@ -885,6 +912,12 @@ class GlobalManagerActor:
                 path.unlink(missing_ok=True)
         self.real.close()
         return True
+
+
+def _user_view(cred: Credential) -> dict[str, object]:
+    """A credential as ``GET /users`` lists it: never its hash."""
+    return {"name": cred.name, "role": cred.role.value, "created": cred.created,
+            "revoked": cred.revoked}
 
 
 def _view(ref: ObjectRef[dict[str, object]], answered: set[ObjectRef[dict[str, object]]]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -31,6 +30,7 @@ from runtime.config import (
     coalloc_home,
     local_manager_name,
 )
+from runtime.identity import AdminSeed, check_user_name, seed
 from runtime.nodes import NodePlacement, parse_nodes_spec, plan, ray_nodes_from
 from runtime.timebase import TimeBase, make_real_clock
 from workloads.errors import UserError
@@ -409,10 +409,23 @@ class Deployment:
     command_endpoint: str
     phase_log: str
     ready_s: float
-    #: The global manager's HTTP API (``http://host:port``) and its bearer token; empty
-    #: when the deployment serves none (``coalloc run``).
+    #: The global manager's HTTP API (``http://host:port``) and its first admin's
+    #: bearer token; empty when the deployment serves none (``coalloc run``).
     api_url: str = ""
     api_token: str = ""
+    #: The user the admin credential ``api_token`` acts as.
+    api_admin: str = ""
+
+
+def admin_name() -> str:
+    """The user ``up``'s admin credential acts as: the OS user running it (``admin``
+    where the OS cannot name one, or names one a credential cannot take)."""
+    import getpass
+
+    try:
+        return check_user_name(getpass.getuser())
+    except (KeyError, OSError, ValueError):
+        return "admin"
 
 
 def default_log_path() -> Path:
@@ -455,16 +468,19 @@ def deploy(
     api: bool = False,
     api_port: int = 0,
     nodes_per_process: int | None = None,
+    admin: str | None = None,
 ) -> Deployment:
     """Create the controller, the local managers and the global manager on the connected
     Ray cluster and wait until all are ready. Raises :class:`UserError` if coalloc is
     already running there or the cluster cannot host it.
 
     ``api``: the global manager serves its HTTP API (:mod:`runtime.api`) on this Ray
-    node's address, port ``api_port`` (0: a free one chosen here), with a fresh token;
-    both are in the returned :class:`Deployment` (``up`` records them in the state
-    file). ``nodes_per_process``: emulated nodes per local-manager process
-    (:mod:`runtime.node_host`; None: :func:`~runtime.node_host.default_nodes_per_process`);
+    node's address, port ``api_port`` (0: a free one chosen here), with a fresh admin
+    credential for user ``admin`` (None: :func:`admin_name`); the URL and the admin's
+    token are in the returned :class:`Deployment` (``up`` records them in the state
+    file; the global manager keeps only the token's hash). ``nodes_per_process``:
+    emulated nodes per local-manager process (:mod:`runtime.node_host`; None:
+    :func:`~runtime.node_host.default_nodes_per_process`);
     a node of its own Ray node always has its own."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -603,13 +619,17 @@ def deploy(
             "node_hosts": node_hosts,
         }
         token: str | None = None
+        auth: AdminSeed | None = None
         api_url = ""
         if api:
             host = next((str(n["NodeManagerAddress"]) for n in ray.nodes()
                          if n["NodeID"] == here), "127.0.0.1")
             port = api_port or free_port(host)
-            token = secrets.token_urlsafe(32)
+            # The admin's token stays here (up records it in its state file): the
+            # global manager gets its hash only.
+            auth, token = seed(admin or admin_name())
             info["api_port"] = port
+            info["admin"] = auth.admin
             api_url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
         say("starting the global manager")
         gm: Any = (
@@ -619,7 +639,7 @@ def deploy(
                 max_restarts=GLOBAL_MAX_RESTARTS, max_task_retries=0, **common,
             )
             .remote([(p.node, p.ray_node_id, p.emulated) for p in placements], config, base,
-                    info, token)
+                    info, auth)
         )
         created.insert(0, GLOBAL_NAME)
         gm_ready = ray.get(gm.ready.remote(), timeout=READY_TIMEOUT_S)
@@ -639,6 +659,7 @@ def deploy(
         ready_s=time.monotonic() - t0,
         api_url=api_url,
         api_token=token or "",
+        api_admin=auth.admin if auth is not None else "",
     )
 
 

@@ -49,6 +49,15 @@ from typing import Any, ClassVar
 from global_manager.core import GlobalManagerCore, QueueMode
 from runtime.config import RuntimeConfig
 from runtime.dispatch import Dispatch, DispatchFailed, send
+from runtime.identity import (
+    AdminSeed,
+    Credential,
+    Identity,
+    Refusal,
+    Registry,
+    Role,
+    new_token,
+)
 from runtime.job_journal import UNREADABLE, JobJournal
 from runtime.jobs import (
     TOKEN_KEEP_S,
@@ -163,6 +172,8 @@ class GlobalService:
         self.kv = KvStore()
         self.kv_access: KvAccess | None = None
         self.ports = PortPool()
+        #: The API's credentials (:mod:`runtime.identity`; none until :meth:`open_users`).
+        self.users = Registry("")
         if journal is not None:
             self._open_journal(journal)
 
@@ -223,6 +234,79 @@ class GlobalService:
         """Close the journal (the service is not used after this)."""
         with self._checkpoint_lock, self._lock:
             self._store.close()
+
+    # ---------------------------------------------------------------- credentials
+    def open_users(self, seed: AdminSeed) -> None:
+        """The API's credentials: those the journal holds, hashed under ``seed``'s key,
+        and ``up``'s admin if the journal has no user of that name (a restarted manager
+        keeps what was added and revoked since)."""
+        with self._lock:
+            self.users = Registry(seed.salt, self._store.users())
+            if seed.admin not in self.users.credentials:
+                cred = Credential(seed.admin, Role.ADMIN, seed.admin_digest, time.time())
+                self._store.write_user(cred)
+                self.users.credentials[cred.name] = cred
+
+    def authenticate(self, token: str | None) -> Identity | Refusal:
+        """Who an API request's ``token`` is; a refusal is counted (``api_refused_<why>``
+        in the counters status shows)."""
+        with self._lock:
+            who = self.users.authenticate(token)
+            if isinstance(who, Refusal):
+                key = f"api_refused_{who.value}"
+                self.counters[key] = self.counters.get(key, 0) + 1
+            return who
+
+    def add_user(self, name: str, role: Role) -> tuple[Credential, str]:
+        """A new credential for ``name``: its record and its token (the only time the
+        token exists here: only its hash is kept). ValueError: a bad or taken name."""
+        with self._lock:
+            token = new_token()
+            before = self.users.credentials.get(name)
+            cred = self.users.add(name, role, token, time.time())
+            try:
+                self._store.write_user(cred)
+            except BaseException:
+                if before is None:
+                    del self.users.credentials[name]
+                else:
+                    self.users.credentials[name] = before
+                raise
+            log.info("API credential added for %s (%s)", name, role.value)
+            return cred, token
+
+    def revoke_user(self, name: str) -> Credential:
+        """Revoke ``name``'s credential (KeyError: no such user; ValueError: the last
+        admin)."""
+        with self._lock:
+            before = self.users.credentials[name]
+            cred = self.users.revoke(name, time.time())
+            try:
+                self._store.write_user(cred)
+            except BaseException:
+                self.users.credentials[name] = before
+                raise
+            log.info("API credential of %s revoked", name)
+            return cred
+
+    def list_users(self) -> list[Credential]:
+        """Every credential (in force or revoked), by name."""
+        with self._lock:
+            return sorted(self.users.credentials.values(), key=lambda c: c.name)
+
+    def job_owners(self, job_ids: Iterable[str]) -> dict[str, str]:
+        """The user of each named job (job table or archive; unknown ids left out)."""
+        with self._lock:
+            out = {}
+            for j in job_ids:
+                info = self.jobs.get(j)
+                if info is not None:
+                    out[j] = info.user
+                    continue
+                old = self._store.archived(j)
+                if old is not None:
+                    out[j] = str(old["user"])
+            return out
 
     # ------------------------------------------------------------------ retention
     def archive_finished(self) -> int:

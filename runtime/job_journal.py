@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from global_manager.core import GlobalManagerCore
+from runtime.identity import Credential
 from runtime.jobs import Answered, JobInfo
 from runtime.journal import Journal, JournalUnreadable, Sync, journal_files
 from workloads.model import JobPhase
@@ -38,13 +39,15 @@ log = logging.getLogger("coalloc.runtime")
 
 #: Version of the journal's records (its ``meta`` table's ``version``): records of
 #: :mod:`workloads.records`. A journal of another version is set aside.
-JOURNAL_VERSION = 4
+JOURNAL_VERSION = 5
 #: The journal's tables, each keyed by id: ``meta`` (the core's :data:`CORE_STATE_KEYS`,
 #: ``version``, ``lost``, ``counters``), ``jobs`` (the job table), ``core_jobs``,
 #: ``pending`` and ``closed`` (the core's placed, pending and closed jobs), ``tokens``
-#: (submission answers) and ``archive`` (finished jobs past their retention, as status
-#: shows them).
-JOURNAL_TABLES = ("meta", "jobs", "core_jobs", "pending", "closed", "tokens", "archive")
+#: (submission answers), ``archive`` (finished jobs past their retention, as status
+#: shows them) and ``users`` (the API's credentials by user name, their hashes only:
+#: :class:`runtime.identity.Credential`).
+JOURNAL_TABLES = ("meta", "jobs", "core_jobs", "pending", "closed", "tokens", "archive",
+                  "users")
 #: The job tables a job's rows live in while it is in the job table.
 JOB_TABLES = ("jobs", "core_jobs", "pending", "closed")
 #: Log pages (4 KiB) after which a journal write folds the log into the file itself;
@@ -73,7 +76,7 @@ class Recovered:
     """The global manager's table as its journal holds it (the core's state is restored
     in place): the job table, submission answers by token (their journal rows:
     :meth:`runtime.jobs.Answered.from_record` reads them), lost nodes (node -> why) and
-    counters."""
+    counters (the API's credentials: :meth:`JobJournal.users`)."""
 
     jobs: dict[str, JobInfo]
     tokens: dict[str, object]
@@ -270,6 +273,26 @@ class JobJournal:
         self._journal = Journal(path, JOURNAL_TABLES, ("meta",), self.sync,
                                 JOURNAL_AUTOCHECKPOINT_PAGES)
         return why
+
+    def users(self) -> list[Credential]:
+        """The credentials the journal holds (none without a journal)."""
+        if self._journal is None:
+            return []
+        return [Credential.from_record(v) for v in self._journal.values("users")
+                if isinstance(v, dict)]
+
+    def write_user(self, cred: Credential) -> None:
+        """Record ``cred`` (added or revoked) in its own transaction; a failed write
+        propagates (the change is then not made). Nothing without a journal."""
+        j = self._journal
+        if j is None:
+            return
+        try:
+            j.put("users", cred.name, cred.to_record())
+            j.commit()
+        except BaseException:
+            j.rollback()
+            raise
 
     # ---------------------------------------------------------------- archive
     def due(self, jobs: Mapping[str, JobInfo], now: float) -> list[JobInfo]:

@@ -233,6 +233,12 @@ class JobInfo:
             "history": list(self.history),
             "nodes": [s.node for s in self.subtasks],
             "subtasks": subtasks,
+            "private": {
+                "commands": [None if t.command is None else list(t.command)
+                             for t in self.spec.subtasks],
+                "env": dict(self.spec.env),
+                "subtask_env": [dict(t.env) for t in self.spec.subtasks],
+            },
         }
 
     def to_record(self) -> dict[str, Any]:

@@ -8,7 +8,8 @@ leader of its own session, when embedded), ``temp_dir`` (the embedded head's Ray
 dir), ``actors`` (names of the actors ``up`` created, namespace ``coalloc``),
 ``phase_log``, ``report_endpoint``, ``started_at`` (s since the Unix epoch); ``extra``:
 ``n_nodes``, ``transport_security``, the global manager's HTTP API (``api_url``,
-``api_token``: its bearer token), and for an embedded head its auth mode and address.
+``api_token``: the bearer token of its first admin, the user who ran ``up``), and for an
+embedded head its auth mode and address.
 
 Writes are atomic (temporary file, fsync, rename) and the file is readable by its owner
 only (0600): it holds the API token. It holds no CURVE keys: those live only in the

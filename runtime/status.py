@@ -116,6 +116,16 @@ class SubtaskRecord(Document):
     stalled: bool | None = None
 
 
+class JobPrivate(Document):
+    """A job's private parts, shown only to its user and the admins
+    (:mod:`runtime.identity`): each subtask's command (None: synthetic), the job's
+    ``env`` and each subtask's own."""
+
+    commands: list[list[str] | None]
+    env: dict[str, str]
+    subtask_env: list[dict[str, str]]
+
+
 class JobRecord(Document):
     """One job as ``GET /jobs/ID`` and ``status`` show it. Always: its identity, state,
     ``reason``, times, windows (``overall_deviation`` ``E_t``, ``asynchrony`` ``A_t``),
@@ -124,7 +134,8 @@ class JobRecord(Document):
     still out). A pending job: ``wait``, ``estimated_start`` (None: cannot be
     estimated), ``estimated_start_time`` and ``pending_reasons``. In status, a run the
     controller tracks: its phase figures (``phase_difference``, ``window``, ...); a run
-    it closed: its closing figures (``mean_phase_difference``, ``turnaround``, ...)."""
+    it closed: its closing figures (``mean_phase_difference``, ``turnaround``, ...).
+    ``private`` (:class:`JobPrivate`): only for its user and the admins."""
 
     job_id: str
     name: str
@@ -157,6 +168,7 @@ class JobRecord(Document):
     mean_phase_difference: Number | None = None
     completion_skew: Number | None = None
     turnaround: Number | None = None
+    private: JobPrivate | None = None
 
 
 class QueueRow(Document):

@@ -4,8 +4,9 @@ return. Open it in a browser that can reach the head node. The global manager's 
 serves the page (read-only: nodes, the queue, each running job's virtual times against
 real time with its phase difference and windows, finished jobs' summaries) from the same
 routes ``coalloc status --json`` uses; docs/observability.md describes it. The token is
-the one in the state file (0600): whoever has the URL can read the status and use the
-API, so share it as you would the state file."""
+this user's (its credentials file's, or the state file's for ``up``'s admin): whoever
+has the URL acts as that user, so share it as you would that file. The page shows what
+that user's ``status`` shows (other users' commands and environments hidden)."""
 
 from __future__ import annotations
 
@@ -36,14 +37,15 @@ def dashboard_url(api_url: str, token: str) -> str:
 def run_dashboard(args: argparse.Namespace) -> int:
     from coalloc.api_client import HttpApi
     from coalloc.client import recorded_api
+    from coalloc.credentials import credentials_path
     from runtime.state import state_path
 
     api = recorded_api(args.address)
     if api is None:
-        raise UserError(f"coalloc is not up: {state_path()} records no running deployment "
-                        "with an HTTP API; run coalloc up")
-    url, token, address = api
+        raise UserError(f"coalloc is not up: no {credentials_path()} and {state_path()} "
+                        "records no running deployment with an HTTP API; run coalloc up")
     # One request, no waiting for a restart: the page is useless if nothing answers.
-    HttpApi(url, token, address, timeout=PROBE_TIMEOUT_S, restart_wait=0.0).call("deployment")
-    print(dashboard_url(url, token))
+    HttpApi(api.url, api.token, api.address, timeout=PROBE_TIMEOUT_S, restart_wait=0.0,
+            source=api.source).call("deployment")
+    print(dashboard_url(api.url, api.token))
     return 0

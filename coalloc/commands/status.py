@@ -5,12 +5,15 @@ estimated start (``estimated start:``; ``--json``: ``estimated_start``, model s,
 ``estimated_start_time``, ISO 8601 UTC). ``--json`` prints the whole document, including
 ``report_endpoint``. Times are model seconds. A finished job is listed for
 ``coalloc up --keep-finished`` (default 1 day), then archived: ``--all`` lists the
-archived jobs too, and ``status JOB`` finds one by its id."""
+archived jobs too, and ``status JOB`` finds one by its id; it shows the job's commands and
+environment to its user and the admins (every user sees every job, not others'
+commands: docs/api.md, "Users")."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +56,20 @@ def _progress(job: JobRecord) -> str:
     if not known:
         return "-"
     return f"{100 * sum(known) / len(known):.0f}%"
+
+
+def _private_lines(job: JobRecord) -> list[str]:
+    """A job's commands and environments: only in the records of the user's own jobs
+    (all of them for an admin)."""
+    private = job.private
+    if private is None:
+        return []
+    out = [f"  command[{i}]: {escape_controls(shlex.join(cmd))}"
+           for i, cmd in enumerate(private.commands) if cmd]
+    if private.env:
+        out.append("  env: " + escape_controls(
+            " ".join(f"{k}={shlex.quote(v)}" for k, v in private.env.items())))
+    return out
 
 
 def _security_line(security: SecurityStatus) -> str:
@@ -159,6 +176,7 @@ def render(st: StatusDocument, detail: bool = False) -> str:
                 lines.append(f"  waits: {r.kind}{sub}: {escape_controls(r.message)}")
             for h in j.history:
                 lines.append(f"  earlier: {escape_controls(h)}")
+            lines.extend(_private_lines(j))
             lines.append("")
             lines.append(
                 table(

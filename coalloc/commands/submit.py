@@ -48,7 +48,7 @@ def run_submit(args: argparse.Namespace) -> int:
         load_jobs(args.file, recorded_node_count(args.address),
                   default_user=submitting_user())
     client = connect(args.address)
-    deployment = api[0] if api is not None else client.address
+    deployment = api.url if api is not None else client.address
     return _report(_submit_once(client, args.file, deployment, args.new), args.quiet)
 
 

@@ -3,7 +3,9 @@
 On an existing Ray cluster (``--address host:port`` or ``auto``) the actors are created
 there; with no ``--address`` an embedded Ray head is started first and survives this
 process (``coalloc down`` stops it). What was started is recorded in
-``~/.coalloc/state.json`` so that later ``coalloc`` commands find it.
+``~/.coalloc/state.json`` so that later ``coalloc`` commands find it, with the token of
+the API's first admin credential (the user running ``up``): ``coalloc user add`` makes
+the other users' credentials files.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--api-port", type=_port, default=0, metavar="P",
         help="TCP port of the global manager's HTTP API, on this Ray node's address "
-        "(default: a free one; recorded with its token in the state file)",
+        "(default: a free one; recorded with the admin's token in the state file)",
     )
     parser.add_argument(
         "--keep-finished", default="1d", metavar="DURATION",
@@ -135,7 +137,8 @@ def run_up(args: argparse.Namespace) -> int:
             + (f" labels {','.join(sorted(p.node.labels))}" if p.node.labels else "")
         )
     print(f"  report endpoint {dep.report_endpoint}")
-    print(f"  API {dep.api_url} (token in the state file)")
+    print(f"  API {dep.api_url} (admin {dep.api_admin}: token in the state file; "
+          "coalloc user add NAME --out FILE for the others)")
     print(f"  transport {INSECURE_NOTE if config.insecure else CURVE_NOTE}")
     print(f"  phase log {dep.phase_log}")
     print(f"  state file {path}")

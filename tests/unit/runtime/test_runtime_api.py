@@ -20,6 +20,7 @@ from coalloc.api_client import HttpApi
 from coalloc.client import Client
 from coalloc.errors import UserError
 from runtime.api import MAX_BODY_BYTES, ApiServer, BadRequest, strict_json
+from runtime.identity import Identity, Refusal, Role
 from runtime.status import (
     ControllerSummary,
     JobRecord,
@@ -35,11 +36,21 @@ TOKEN = "s3cret-token"
 
 
 class FakeBackend:
-    """Records calls; answers like the global manager actor."""
+    """Records calls; answers like the global manager actor; ``token`` is an admin's
+    credential, the only one it knows."""
 
-    def __init__(self) -> None:
+    def __init__(self, token: str = TOKEN) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.fail = False
+        self.token = token
+
+    def authenticate(self, token: str | None) -> Identity | Refusal:
+        if not token:
+            return Refusal.MISSING
+        return Identity("admin", Role.ADMIN) if token == self.token else Refusal.UNKNOWN
+
+    def job_owners(self, job_ids: list[str]) -> dict[str, str]:
+        return {}
 
     def deployment(self) -> dict[str, Any]:
         self.calls.append(("deployment", ()))
@@ -66,7 +77,7 @@ class FakeBackend:
         return {j: s for j, s in states.items() if job_ids is None or j in job_ids}
 
     def submit_documents(
-        self, jobs: list[Mapping[str, Any]], token: str | None
+        self, jobs: list[Mapping[str, Any]], token: str | None, who: Identity
     ) -> list[dict[str, Any]]:
         self.calls.append(("submit", (jobs, token)))
         if jobs[0].get("name") == "bad":
@@ -75,13 +86,13 @@ class FakeBackend:
                 for i, _ in enumerate(jobs, start=1)]
 
     def submit_file(
-        self, text: str, source: str, default_user: str, token: str | None
+        self, text: str, source: str, token: str | None, who: Identity
     ) -> list[dict[str, Any]]:
         """As the global manager: the text checked as the file ``source``."""
         from workloads.spec import load_jobs_text
 
-        self.calls.append(("submit_file", (text, source, default_user, token)))
-        specs = load_jobs_text(text, source, 3, default_user=default_user or "default")
+        self.calls.append(("submit_file", (text, source, who.name, token)))
+        specs = load_jobs_text(text, source, 3, default_user=who.name)
         return [{"job_id": f"j{i:05d}", "admitted": True, "pending": False, "reason": "",
                  "user": s.user} for i, s in enumerate(specs, start=1)]
 
@@ -126,19 +137,18 @@ class TypedBackend(FakeBackend):
         rec = super().job(job_id)
         return None if rec is None else _job(rec["job_id"], rec["state"])
 
-    def submit_documents(self, jobs: list[Mapping[str, Any]], token: str | None) -> Any:
-        return [dict(a, name="a") for a in super().submit_documents(jobs, token)]
+    def submit_documents(self, jobs: list[Mapping[str, Any]], token: str | None,
+                         who: Identity) -> Any:
+        return [dict(a, name="a") for a in super().submit_documents(jobs, token, who)]
 
-    def submit_file(self, text: str, source: str, default_user: str,
-                    token: str | None) -> Any:
-        return [dict(a, name="a") for a in super().submit_file(text, source, default_user,
-                                                                token)]
+    def submit_file(self, text: str, source: str, token: str | None, who: Identity) -> Any:
+        return [dict(a, name="a") for a in super().submit_file(text, source, token, who)]
 
 
 @pytest.fixture
 def served() -> Iterator[tuple[ApiServer, FakeBackend]]:
     backend = FakeBackend()
-    server = ApiServer(backend, "127.0.0.1", 0, TOKEN)
+    server = ApiServer(backend, "127.0.0.1", 0)
     try:
         yield server, backend
     finally:
@@ -163,7 +173,7 @@ def raw(server: ApiServer, method: str, path: str, body: bytes | None = None,
 @pytest.fixture
 def typed() -> Iterator[tuple[ApiServer, FakeBackend]]:
     backend = TypedBackend()
-    server = ApiServer(backend, "127.0.0.1", 0, TOKEN)
+    server = ApiServer(backend, "127.0.0.1", 0)
     try:
         yield server, backend
     finally:
@@ -182,7 +192,8 @@ def test_requests_without_the_right_token_are_refused(
     for method, path, body in (("GET", "/api/v1/status", None),
                                ("POST", "/api/v1/cancel", b'{"job_ids": ["j00001"]}')):
         status, doc = raw(server, method, path, body, token=token)
-        assert status == 401 and doc == {"error": "missing or wrong API token"}
+        assert status == 401 and doc["error"].split(":")[0] in (
+            "no credential", "unknown credential")
     assert backend.calls == []  # nothing reached the global manager
     # ... and the server still serves the right token.
     assert raw(server, "GET", "/api/v1/queue")[0] == 200
@@ -296,9 +307,9 @@ def test_strict_json_replaces_nan_and_infinity_everywhere() -> None:
     assert strict_json(doc) == {"a": [1.0, None, {"b": None}], "c": [None], "1": "x"}
 
 
-def test_a_server_needs_a_token() -> None:
-    with pytest.raises(ValueError, match="token"):
-        ApiServer(FakeBackend(), "127.0.0.1", 0, "")
+def test_a_key_value_store_needs_a_secret() -> None:
+    with pytest.raises(ValueError, match="kv_secret"):
+        ApiServer(FakeBackend(), "127.0.0.1", 0, kv=object(), kv_secret="")  # type: ignore[arg-type]
     assert issubclass(BadRequest, Exception)
 
 
@@ -376,7 +387,8 @@ def test_the_client_says_a_refused_request_in_one_line(
 ) -> None:
     server, _ = served
     wrong = HttpApi(server.url, "not-the-token", "127.0.0.1:1")
-    with pytest.raises(UserError, match="refused the state file's token") as err:
+    with pytest.raises(UserError, match="refused the credential from the state file: unknown") \
+            as err:
         wrong.call("queue")
     assert "\n" not in str(err.value)
     bad = {"name": "bad", "qos": "best_effort", "subtasks": [{"work": 1}]}
@@ -416,3 +428,20 @@ def test_a_global_manager_that_does_not_answer_is_reported_as_not_answering() ->
 def test_a_bad_recorded_url_is_one_line() -> None:
     with pytest.raises(UserError, match="not an API address"):
         HttpApi("ftp://x", TOKEN, "h:1")
+
+
+def test_no_token_reaches_the_log(served: tuple[ApiServer, FakeBackend],
+                                  caplog: pytest.LogCaptureFixture) -> None:
+    """The request lines the server logs (debug) have every token blanked: a refused
+    browser's ``?token=`` too."""
+    import logging
+
+    server, _ = served
+    secret = "never-log-" + "x" * 20
+    with caplog.at_level(logging.DEBUG, logger="coalloc.runtime.api"):
+        assert raw(server, "GET", f"/api/v1/status?token={secret}&job=a", token=None)[0] == 401
+        assert raw(server, "GET", f"/?token={secret}", token=None)[0] == 401
+        assert raw(server, "GET", "/api/v1/queue", token=secret)[0] == 401
+        assert raw(server, "GET", f"/api/v1/queue?token={TOKEN}", token=None)[0] == 200
+    assert "token=***" in caplog.text
+    assert secret not in caplog.text and TOKEN not in caplog.text

@@ -27,7 +27,7 @@ JOIN_S = 60.0
 def members() -> Iterator[tuple[dict[str, str], dict[str, str], ApiServer, object]]:
     """A running two-member job behind a real API: each member's environment."""
     gm, rec = _service()
-    server = ApiServer(FakeBackend(), "127.0.0.1", 0, TOKEN, kv=gm)
+    server = ApiServer(FakeBackend(), "127.0.0.1", 0, kv=gm, kv_secret=TOKEN)
     gm.kv_access = KvAccess(server.url, TOKEN)
     try:
         gm.submit([_coupled()])

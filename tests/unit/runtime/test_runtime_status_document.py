@@ -94,7 +94,7 @@ def test_the_served_documents_validate_against_the_published_schemas(tmp_path: P
 
 
 def test_the_api_serves_the_schemas() -> None:
-    server = ApiServer(FakeBackend(), "127.0.0.1", 0, TOKEN)
+    server = ApiServer(FakeBackend(TOKEN), "127.0.0.1", 0)
     try:
         assert raw(server, "GET", "/api/v1/schema") == (200, {"documents": list(DOCUMENTS)})
         status, schema = raw(server, "GET", "/api/v1/schema/status")
