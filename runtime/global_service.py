@@ -216,9 +216,7 @@ class GlobalService:
             )
             return
         if found is not None:
-            now = self.clock.now()
-            self.jobs = found.jobs
-            self.tokens = {k: Answered.from_record(v, now) for k, v in found.tokens.items()}
+            self.jobs, self.tokens = found.jobs, found.tokens
             self.health.lost = found.lost
             self.counters.update(found.counters)
             self.recovered = True

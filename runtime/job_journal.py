@@ -74,12 +74,11 @@ def read_journal(path: Path) -> dict[str, dict[str, Any]]:
 @dataclass(frozen=True, slots=True)
 class Recovered:
     """The global manager's table as its journal holds it (the core's state is restored
-    in place): the job table, submission answers by token (their journal rows:
-    :meth:`runtime.jobs.Answered.from_record` reads them), lost nodes (node -> why) and
+    in place): the job table, submission answers by token, lost nodes (node -> why) and
     counters (the API's credentials: :meth:`JobJournal.users`)."""
 
     jobs: dict[str, JobInfo]
-    tokens: dict[str, object]
+    tokens: dict[str, Answered]
     lost: dict[str, str]
     counters: dict[str, int]
 
@@ -234,7 +233,7 @@ class JobJournal:
         core.restore(snap)
         found = Recovered(
             jobs={str(k): JobInfo.from_record(d) for k, d in data["jobs"].items()},
-            tokens={str(k): v for k, v in data["tokens"].items()},
+            tokens={str(k): Answered.from_record(v) for k, v in data["tokens"].items()},
             lost={str(k): str(v) for k, v in meta.get("lost", {}).items()},
             counters={str(k): int(v) for k, v in meta.get("counters", {}).items()},
         )

@@ -73,13 +73,8 @@ class Answered:
         return {"answered_at": self.answered_at, "answers": list(self.answers)}
 
     @staticmethod
-    def from_record(data: object, recovered_at: float) -> Answered:
-        """The journal's row; a bare list of answers (written before answers had a time)
-        counts as answered at ``recovered_at``, so it is kept its full time from now."""
-        if isinstance(data, list):
-            return Answered(recovered_at, tuple(data))
-        if not isinstance(data, dict):
-            raise ValueError(f"submission answers: expected a mapping, got {data!r}")
+    def from_record(data: Mapping[str, Any]) -> Answered:
+        """The journal's row (:meth:`to_record`)."""
         return Answered(float(data["answered_at"]), tuple(data["answers"]))
 
 

@@ -258,25 +258,3 @@ def test_a_token_forgotten_for_room_before_its_time_is_counted_and_logged(
     assert w.gm.counters["tokens_forgotten_early"] == 1
     assert any("would be applied again" in r.getMessage() for r in caplog.records)
     w.gm.close()
-
-
-def test_tokens_journaled_as_bare_answer_lists_are_read_and_kept_their_full_time(
-    tmp_path: Path,
-) -> None:
-    """A journal row written before answers carried their time (a bare list) counts as
-    answered when the journal is recovered."""
-    from runtime import jobs
-
-    w = World(tmp_path)
-    first = w.gm.submit([SPECS[0]], token="old")
-    w.gm.close()
-    j = Journal(w.path, JOURNAL_TABLES, ("meta",))
-    j.put("tokens", "old", first)
-    j.commit()
-    j.close()
-    w.manual.set(100.0)
-    w.gm = w.reopen()
-    assert w.gm.tokens["old"].answered_at == 100.0
-    w.manual.set(100.0 + jobs.TOKEN_KEEP_S - 1.0)
-    assert w.gm.submit([SPECS[0]], token="old") == first
-    w.gm.close()
