@@ -57,3 +57,32 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             os.environ.pop("COALLOC_HOME", None)
         else:
             os.environ["COALLOC_HOME"] = old_home
+
+
+# ------------------------------------------------------------------------ multihost
+# Four "hosts" out of network namespaces, each with its own address on a bridge and its
+# own raylet, and a client namespace without one (tests/multihost.py,
+# deploy/netns-cluster.sh), for the tests of one module. Root only: elsewhere the tests
+# skip saying why, and fail under CI (CI=true).
+
+MULTIHOST_HOSTS = 4
+
+
+@pytest.fixture(scope="module")
+def netns_cluster() -> Iterator[Any]:
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from multihost import NetnsCluster, require
+
+    require()
+    # A short path: Ray's unix sockets live below it.
+    directory = Path(tempfile.mkdtemp(prefix="mh-", dir="/tmp"))
+    cluster = NetnsCluster(directory)
+    try:
+        cluster.up(MULTIHOST_HOSTS, clients=1)
+        yield cluster
+    finally:
+        cluster.down()
+        shutil.rmtree(directory, ignore_errors=True)
