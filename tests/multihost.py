@@ -33,6 +33,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "deploy" / "netns-cluster.sh"
 MEMBER = Path(__file__).resolve().parent / "multihost_member.py"
+LINK_EMULATOR = Path(__file__).resolve().parent / "link_emulator.py"
 
 
 def in_ci() -> bool:
@@ -54,7 +55,39 @@ def unavailable() -> str | None:
     if added.returncode != 0:
         return f"network namespaces are not allowed here: {added.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    if not netem_in_kernel() and not os.path.exists("/dev/net/tun"):
+        return "no netem qdisc in this kernel and no /dev/net/tun for tests/link_emulator.py"
     return None
+
+
+_NETEM: list[bool] = []
+
+
+def netem_in_kernel() -> bool:
+    """Whether ``tc qdisc ... netem`` works here (a kernel without sch_netem refuses it)."""
+    if not _NETEM:
+        a, b = f"mhq{os.getpid() % 10000}a", f"mhq{os.getpid() % 10000}b"
+        sh("ip", "link", "add", a, "type", "veth", "peer", "name", b)
+        try:
+            _NETEM.append(sh("tc", "qdisc", "add", "dev", a, "root", "netem", "delay", "1ms",
+                             check=False).returncode == 0)
+        finally:
+            sh("ip", "link", "del", a, check=False)
+    return _NETEM[0]
+
+
+def parse_netem(spec: Sequence[str]) -> tuple[float, float, float]:
+    """(delay ms, jitter ms, loss %) of a netem spec such as ``delay 100ms 20ms loss 1%``."""
+    delay = jitter = loss = 0.0
+    words = list(spec)
+    for i, w in enumerate(words):
+        if w == "delay":
+            delay = float(words[i + 1].removesuffix("ms"))
+            if i + 2 < len(words) and words[i + 2].endswith("ms"):
+                jitter = float(words[i + 2].removesuffix("ms"))
+        elif w == "loss":
+            loss = float(words[i + 1].removesuffix("%"))
+    return delay, jitter, loss
 
 
 def require() -> None:
@@ -99,6 +132,8 @@ class NetnsCluster:
         self.hosts: list[Host] = []
         self.clients: list[Host] = []
         self.address = ""
+        self.emulators: dict[int, subprocess.Popen[str]] = {}
+        self._forwarding = ""
 
     # ----------------------------------------------------------------- the script
     def env(self) -> dict[str, str]:
@@ -108,6 +143,10 @@ class NetnsCluster:
             COALLOC_NETNS_SUBNET=self.subnet, COALLOC_NETNS_BRIDGE=self.bridge,
             PYTHON=sys.executable, RAY_AUTH_MODE="token",
         )
+        # Ray's GCS declares a raylet dead after 5 missed health checks (3 s apart), and a
+        # dead raylet exits when its link comes back: a host cut off for longer could
+        # never answer again. 60 of them (3 min): the host is partitioned, not dead.
+        env.setdefault("RAY_health_check_failure_threshold", "60")
         return env
 
     def script(self, *args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
@@ -146,6 +185,8 @@ class NetnsCluster:
         return client
 
     def down(self) -> None:
+        for host in list(self.hosts):
+            self.clear_netem(host)
         for client in self.clients:
             for pid in self.pids(client):
                 _kill(pid)
@@ -175,30 +216,72 @@ class NetnsCluster:
     def restore(self, host: Host) -> None:
         sh("ip", "link", "set", host.veth, "up")
 
+    @contextmanager
+    def link_down(self, host: Host) -> Iterator[None]:
+        """The host's link is down while inside."""
+        self.cut(host)
+        try:
+            yield
+        finally:
+            self.restore(host)
+
     def netem(self, host: Host, *spec: str) -> None:
         """``tc netem SPEC`` on the host's link, both ways (its eth0 and the bridge's end):
-        ``netem(h, "delay", "100ms", "20ms", "loss", "1%")`` adds 200 ms round trip."""
-        sh("tc", "qdisc", "replace", "dev", host.veth, "root", "netem", *spec)
-        sh("ip", "netns", "exec", host.ns, "tc", "qdisc", "replace", "dev", "eth0", "root",
-           "netem", *spec)
+        ``netem(h, "delay", "100ms", "20ms", "loss", "1%")`` adds 200 ms round trip.
+        Where the kernel has no netem qdisc, ``tests/link_emulator.py`` does the same in
+        user space (only delay, jitter and loss)."""
+        if netem_in_kernel():
+            sh("tc", "qdisc", "replace", "dev", host.veth, "root", "netem", *spec)
+            sh("ip", "netns", "exec", host.ns, "tc", "qdisc", "replace", "dev", "eth0",
+               "root", "netem", *spec)
+            return
+        self.clear_netem(host)
+        delay, jitter, loss = parse_netem(spec)
+        root_dev = f"lr{self.prefix}{host.k}"[:15]
+        proc = subprocess.Popen(
+            [sys.executable, str(LINK_EMULATOR), host.ns, root_dev, "lemu", str(delay),
+             str(jitter), str(loss), str(host.k)],
+            stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        self.emulators[host.k] = proc
+        if not self._forwarding:
+            self._forwarding = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
+            Path("/proc/sys/net/ipv4/ip_forward").write_text("1")  # host to host via root
+        sh("ip", "link", "set", root_dev, "up")
+        sh("ip", "-n", host.ns, "link", "set", "lemu", "up")
+        sh("ip", "route", "add", f"{host.ip}/32", "dev", root_dev, "src", self.head_ip)
+        sh("ip", "-n", host.ns, "route", "replace", f"{self.subnet}.0/24", "dev", "lemu",
+           "src", host.ip)
 
     def clear_netem(self, host: Host) -> None:
-        sh("tc", "qdisc", "del", "dev", host.veth, "root", check=False)
-        sh("ip", "netns", "exec", host.ns, "tc", "qdisc", "del", "dev", "eth0", "root",
-           check=False)
+        proc = self.emulators.pop(host.k, None)
+        if proc is not None:
+            sh("ip", "-n", host.ns, "route", "replace", f"{self.subnet}.0/24", "dev", "eth0",
+               "proto", "kernel", "scope", "link", "src", host.ip, check=False)
+            sh("ip", "route", "del", f"{host.ip}/32", check=False)
+            proc.terminate()
+            proc.wait(timeout=30)
+            if not self.emulators and self._forwarding:
+                Path("/proc/sys/net/ipv4/ip_forward").write_text(self._forwarding)
+                self._forwarding = ""
+            return
+        if netem_in_kernel():
+            sh("tc", "qdisc", "del", "dev", host.veth, "root", check=False)
+            sh("ip", "netns", "exec", host.ns, "tc", "qdisc", "del", "dev", "eth0", "root",
+               check=False)
 
     @contextmanager
     def answers_lost(self, host: Host, port: int) -> Iterator[None]:
-        """While inside: the host's namespace drops every TCP segment with data that
-        comes from ``port`` (connections open, requests go out, the answers never
-        arrive): a partition that falls between a request and its answer."""
+        """While inside: the host's namespace drops every TCP segment with data (or a
+        FIN) that comes from ``port``: connections open, requests go out, the answers
+        never arrive. A partition that falls between a request and its answer."""
         table = f"mhcut{os.getpid()}"
         nft = ["ip", "netns", "exec", host.ns, "nft"]
         sh(*nft, "add", "table", "inet", table)
         sh(*nft, "add", "chain", "inet", table, "input",
            "{ type filter hook input priority 0 ; }")
         sh(*nft, "add", "rule", "inet", table, "input", "tcp", "sport", str(port),
-           "tcp", "flags", "&", "psh", "==", "psh", "drop")
+           "tcp", "flags", "&", "(fin|psh)", "!=", "0", "drop")
         try:
             yield
         finally:
