@@ -270,9 +270,11 @@ def phase_summaries(dep: Deployment) -> dict[str, Any]:
 def run_strict(dep: Deployment, api: Api, work: Path, tag: str, n: int,
                hosts: list[Host]) -> list[str]:
     ids: list[str] = []
-    for i in range(n):
+    for i in range(n):  # gangs of unequal members that share the hosts: pace control works
         doc = {"name": f"{tag}{i}", "qos": "strict", "overall_deviation": 300,
-               "asynchrony": 120, "subtasks": [{"work": 900, "labels": [h.ns]} for h in hosts]}
+               "asynchrony": 120,
+               "subtasks": [{"work": 400 * (k + 1), "weight": k + 1, "labels": [h.ns]}
+                            for k, h in enumerate(hosts)]}
         ids += submit(dep, write_job(work / f"{tag}{i}.json", doc))
     while True:
         jobs = {j["job_id"]: j for j in api.status()["jobs"]}
@@ -383,7 +385,7 @@ def main() -> int:
     out: dict[str, Any] = {"args": vars(args)}
     try:
         say(f"building {args.hosts} namespaced hosts")
-        cluster.up(args.hosts)
+        cluster.up(args.hosts, mhz=[600 + 300 * (k % 4) for k in range(args.hosts)])
         dep = Deployment(cluster, work / "home")
         dep.up("--node-timeout", str(args.node_timeout))
         say(f"coalloc up on {cluster.address}")

@@ -228,7 +228,10 @@ def test_delay_and_loss_between_hosts_keep_jobs_in_their_windows_and_lose_no_nod
     assert isinstance(counters["transport"]["dropped_total"], int)
     summary = wait_until(lambda: phase_summary(deployment, job_id), timeout=60,
                          interval=0.5, message=f"{job_id}'s phase-log summary")
-    assert summary["max_phase_difference"] <= 120.0, summary
+    # Within its windows: no control period over A_t or E_t.
+    periods = [line for line in Path(deployment.state["phase_log"]).read_text().splitlines()
+               if f'"job":"{job_id}"' in line]
+    assert summary["window_violations"] == 0 and summary["overall_violations"] == 0, periods
 
 
 def phase_summary(dep: Deployment, run_id: str) -> Any:
