@@ -107,6 +107,9 @@ class SubtaskPhase(str, Enum):
     FINISHED = "finished"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    #: Stopped by its node, which could no longer renew its lease (``runtime.lease``):
+    #: its global manager may have declared the node lost and started it elsewhere.
+    FENCED = "fenced"
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +181,7 @@ class SubtaskReport:
 
     @property
     def ended(self) -> bool:
-        return self.state in (SubtaskPhase.FINISHED, SubtaskPhase.FAILED)
+        return self.state in (SubtaskPhase.FINISHED, SubtaskPhase.FAILED, SubtaskPhase.FENCED)
 
     @property
     def live(self) -> bool:

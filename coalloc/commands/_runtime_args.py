@@ -159,6 +159,7 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             placement=getattr(args, "placement", "backfill"),
             node_timeout=getattr(args, "node_timeout", 50),
             keep_finished_s=keep_finished,
+            lease_s=getattr(args, "lease", 0.0) or 0.0,
         )
     except ValueError as exc:
         raise UserError(str(exc).replace("servers[", "--ntp-server[")) from None

@@ -59,7 +59,7 @@ class Burner:
 
         return Record()
 
-    def close(self) -> None: ...
+    def close(self, grace_s: float | None = None) -> None: ...
 
 
 class Sink:
