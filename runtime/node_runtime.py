@@ -583,7 +583,7 @@ class NodeRuntime:
         """Everything that happens at boundary ``b`` (model s); see the module docstring."""
         with self._lock:
             self._apply_commands()
-            usage = self._end_process_cycles()
+            usage, cycles = self._end_process_cycles()
             last = self._last_boundary
             if last is not None:
                 # Placements that arrived after their boundary join the cycle ending at b.
@@ -595,6 +595,9 @@ class NodeRuntime:
                 # A process subtask's work is what it measured (0 when it did not run).
                 measured = {key: usage.get(key, 0.0) for key in self._procs}
                 self.progress.reported_measure(measured, self.scheduler)
+                # Coupled members that wait are held near their useful rate (pace control).
+                self.scheduler.set_useful_caps(
+                    self.progress.useful_caps(cycles, self.scheduler, self.node.speed_mhz))
                 result = self.scheduler.step(
                     b, b - last if last is not None else self.q, measured
                 )
@@ -638,15 +641,19 @@ class NodeRuntime:
         self.counters["commands_applied"] += counts.applied
         self.counters["commands_unknown"] += counts.unknown
 
-    def _end_process_cycles(self) -> dict[tuple[str, int], float]:
-        """Close every process subtask's cycle; measured model Mcycles per subtask."""
+    def _end_process_cycles(
+        self,
+    ) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], CycleUsage]]:
+        """Close every process subtask's cycle; measured model Mcycles per subtask, and
+        each one's cycle as its executor saw it."""
         measured: dict[tuple[str, int], float] = {}
+        cycles: dict[tuple[str, int], CycleUsage] = {}
         scale = self.config.time_scale
         for key, run in self._procs.items():
             if not run.in_cycle:
                 continue
             assert run.executor is not None  # in a cycle: it was started
-            usage = run.executor.end_cycle()
+            usage = cycles[key] = run.executor.end_cycle()
             run.in_cycle = False
             run.next_at = None
             # CPU-seconds of real time at the node's speed, in model time.
@@ -655,7 +662,7 @@ class NodeRuntime:
             measured[key] = m
             if usage.exit_code is not None or usage.state in _ENDED:
                 run.exited = True
-        return measured
+        return measured, cycles
 
     def _account(self, result: CycleResult, b: float) -> None:
         self._last_grants = {(g.job_id, g.subtask): g.granted_work for g in result.grants}
