@@ -56,7 +56,7 @@ def register(subparsers: Any) -> None:
         "to the archive (coalloc status --all): e.g. 1d, 6h, 30m, 90s (default 1d)",
     )
     parser.add_argument(
-        "--lease", type=float, default=0.0, metavar="S",
+        "--lease", default=None, metavar="S",
         help="real seconds a local manager's lease lasts after its last renewal the global "
         "manager granted; a node that cannot renew for a whole lease stops (fences) its "
         "subtasks. Must be shorter than the node-loss window (--node-timeout cycles); "
