@@ -124,6 +124,9 @@ class LocalSchedulerConfig:
     #: more (capped ones only up to their caps), even when the queues are not
     #: work-conserving: the subtask that bounds its job's pace runs faster.
     borrow_idle: bool = True
+    #: ``paced`` mode: apply the useful caps the node sets
+    #: (:meth:`LocalScheduler.set_useful_caps`); off, they are kept and not applied.
+    useful_caps: bool = False
 
     def __post_init__(self) -> None:
         for q in QueueName:
@@ -449,7 +452,8 @@ class LocalScheduler:
         waits at its exchanges is held near the CPU it uses outside its waits
         (:mod:`local_manager.useful_rate`); what it leaves goes to the node's other work by
         the queues' rules, and its ``available_work`` still says what it could get with
-        every cap lifted. Outside pace control the caps are kept and not applied."""
+        every cap lifted. Outside pace control, or with the configuration's
+        ``useful_caps`` off, the caps are kept and not applied."""
         new = dict(caps) if caps else {}
         for key, cap in new.items():
             if not math.isfinite(cap) or cap <= 0:
@@ -459,9 +463,9 @@ class LocalScheduler:
         self._useful_caps = new
 
     @property
-    def paced(self) -> bool:
-        """Whether the node runs under pace control (rate caps and useful caps apply)."""
-        return self.config.virtual_mode is VirtualSubtaskMode.PACED
+    def applies_useful_caps(self) -> bool:
+        """Whether useful caps apply: under pace control, with ``useful_caps`` on."""
+        return self.config.useful_caps and self.config.virtual_mode is VirtualSubtaskMode.PACED
 
     # ---------------------------------------------------------------------- cycle
     def plan(self, real_time: float, cycle: float) -> Split:
@@ -525,7 +529,7 @@ class LocalScheduler:
         released = 0.0  # QoS demand (Mcycles) the rate caps hold back this cycle
         uncapped: dict[Key, float] = {}  # demand of capped entries without cap
         limits_of = self._demand_limits
-        useful_of = self._useful_caps
+        useful_of = self._useful_caps if self.config.useful_caps else None
         limits: list[tuple[Entry, Subtask, Key, float, float | None]] = []
         for e in entries:
             s = e.subtask

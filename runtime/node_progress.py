@@ -166,12 +166,13 @@ class NodeProgress:
                     speed_mhz: float) -> dict[Key, float]:
         """Each member's useful-rate estimate moved on by the cycle it just ended
         (``cycles``: its executor's figures), and the useful caps (Mcycles/s) for the
-        scheduler: for the members of ``progress: reported`` jobs that wait, under pace
-        control only. A member inside a wait that has not ended and
-        that reported none ending since the last boundary gives no figure this cycle (its
-        wait is not counted yet); it keeps its cap."""
+        scheduler: for the members of ``progress: reported`` jobs that wait, where the
+        scheduler applies them (:attr:`LocalScheduler.applies_useful_caps`). A member
+        inside a wait that has not ended and that reported none ending since the last
+        boundary gives no figure this cycle (its wait is not counted yet); it keeps its
+        cap."""
         caps: dict[Key, float] = {}
-        paced = scheduler.paced
+        paced = scheduler.applies_useful_caps
         for key, usage in cycles.items():
             t = self._tracked.get(key)
             spec = t.subtask.progress if t is not None else None

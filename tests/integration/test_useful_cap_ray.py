@@ -1,10 +1,11 @@
 """A member held near its useful rate, through real components: ``coalloc up`` (policy
-``sq``, pace control) on the shared Ray cluster, a ``progress: reported`` job of two real
-processes that report through ``coalloc.progress``. Each member first computes without
-waiting (no cap: it uses what its node and the host give it), then needs little CPU per
-exchange and spins in ``progress.waiting()`` until its partner's next exchange: its node
-caps it near its useful rate, and its CPU rate, read from its process with psutil, falls
-well below its own rate of the first phase. Then the job completes."""
+``sq_useful``: pace control and useful caps) on the shared Ray cluster, a ``progress:
+reported`` job of two real processes that report through ``coalloc.progress``. Each
+member first computes without waiting (no cap: it uses what its node and the host give
+it), then needs little CPU per exchange and spins in ``progress.waiting()`` until its
+partner's next exchange: its node caps it near its useful rate, and its CPU rate, read
+from its process with psutil, falls well below its own rate of the first phase. Then the
+job completes."""
 
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ def test_a_member_that_spins_most_of_its_grant_is_capped_and_completes(
            "asynchrony": 5000, "progress": "reported", "progress_end": 1e6,
            "subtasks": [{"work": 20, "weight": 0.5, "command": cmd},
                         {"work": 20, "weight": 0.5, "command": cmd}]}
-    with deployed(ray_cluster.address, tmp_path / "phase.jsonl", "--time-scale", "100"):
+    with deployed(ray_cluster.address, tmp_path / "phase.jsonl", "--time-scale", "100",
+                  "--policy", "sq_useful"):
         client = coalloc.connect(ray_cluster.address)
         (answer,) = client.submit_all([job])
         job_id = to_json(answer)["job_id"]

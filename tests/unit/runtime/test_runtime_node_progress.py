@@ -250,9 +250,15 @@ def spin(rt: NodeRuntime, env: dict[str, str], need: float, cycles: int) -> list
     return shares
 
 
-def test_a_spinning_member_is_held_near_its_useful_rate_under_pace_control(
-    node: NodeRuntime,
-) -> None:
+def test_a_spinning_member_is_held_near_its_useful_rate_under_sq_useful() -> None:
+    node = make(policy="sq_useful")
+    try:
+        _held_near_its_useful_rate(node)
+    finally:
+        node._close_all()
+
+
+def _held_near_its_useful_rate(node: NodeRuntime) -> None:
     env = start(node, ProgressSpec(ProgressMode.REPORTED, end=100.0))
     # Alone on the node it is granted the whole core; it needs 0.2 of it.
     shares = spin(node, env, 0.2, 12)
@@ -272,8 +278,9 @@ def test_a_spinning_member_is_held_near_its_useful_rate_under_pace_control(
     assert described(node)["useful_cap"] is None and run.share == pytest.approx(1.0)
 
 
-def test_without_pace_control_the_useful_rate_is_shown_not_applied() -> None:
-    rt = make(policy="strict")
+@pytest.mark.parametrize("policy", ["strict", "sq"])
+def test_elsewhere_the_useful_rate_is_shown_not_applied(policy: str) -> None:
+    rt = make(policy=policy)
     try:
         env = start(rt, ProgressSpec(ProgressMode.REPORTED, end=100.0))
         shares = spin(rt, env, 0.2, 6)
