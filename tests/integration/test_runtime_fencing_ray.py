@@ -16,6 +16,10 @@ Each member writes its own start and stop records (it handles SIGTERM), from whi
 test checks that no member of attempt 2 started before the member of attempt 1 stopped.
 The test prints the cut-to-stop and cut-to-loss times against their targets (lease + 1 s,
 loss window + 2 s); it asserts none (a loaded machine). Every wait is on a state.
+
+A global manager SIGSTOPped until every node's lease is older than the node-loss window
+(the nodes say so themselves): a gang running meanwhile is fenced and requeued, and after
+SIGCONT no node is declared lost for the global manager's own downtime.
 """
 
 from __future__ import annotations
@@ -173,3 +177,50 @@ def test_a_cut_off_node_fences_its_member_within_its_lease_and_rejoins_as_a_new_
               f"(loss window {window:g} s; target <= {window + 2:g} s); stale reports "
               f"{counters['stale_reports']}, stale renewals {counters['stale_renewals']}, "
               f"stale outcomes {counters['stale_outcomes']}; load {os.getloadavg()[0]:.1f}")
+
+
+def test_a_global_manager_stopped_past_the_loss_window_declares_no_node_lost_for_it(
+    deployment: Any, capsys: Any
+) -> None:
+    """SIGSTOP of the global manager until every node's lease is older than the node-loss
+    window (read from the nodes themselves, which keep running): the nodes hold no lease
+    (a synthetic gang running meanwhile is fenced, then requeued by its policy and
+    completes); after SIGCONT no node is declared lost for the global manager's own
+    downtime, and every node holds its lease again."""
+    import signal
+
+    import ray
+
+    import coalloc
+    from runtime.config import GLOBAL_NAME, RuntimeConfig, local_manager_name
+
+    address = deployment.address
+    client = coalloc.connect(address)
+    window = RuntimeConfig(time_scale=100.0).loss_window_s
+    nodes = [n["name"] for n in status(capsys, address)["nodes"]]
+    before = status(capsys, address)["global_counters"]["nodes_lost"]
+    job = client.submit({"name": "stall", "qos": "strict", "overall_deviation": 100,
+                         "asynchrony": 50, "subtasks": [{"work": 1000}, {"work": 1000}]})
+    wait_for(lambda: status(capsys, address, job)["jobs"][0]["state"] == "running")
+    gm = ready_of(GLOBAL_NAME)
+    assert gm is not None
+    lms = [actor(local_manager_name(n)) for n in nodes]
+
+    def ages() -> list[float]:
+        return [float(r["lease"]["age_s"]) for r in ray.get([a.ready.remote() for a in lms],
+                                                             timeout=30)]
+
+    os.kill(int(gm["pid"]), signal.SIGSTOP)
+    try:
+        wait_for(lambda: min(ages()) > window + 1, timeout=120)
+    finally:
+        os.kill(int(gm["pid"]), signal.SIGCONT)
+    # Every node renews again; none was declared lost for the stall.
+    wait_for(lambda: max(ages()) < 1.0, timeout=60)
+    wait_for(lambda: all(n["answering"] for n in status(capsys, address)["nodes"]))
+    st = status(capsys, address)
+    assert st["global_counters"]["nodes_lost"] == before, st["global_counters"]
+    assert all(n["health"] == "up" for n in st["nodes"]), st["nodes"]
+    final = client.wait(job, timeout=180)
+    assert final.state == "completed" and final.attempt == 2, final
+    assert "fenced" in final.history[0], final.history
