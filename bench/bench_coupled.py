@@ -26,9 +26,10 @@ emulated nodes of 2,000 MHz at time scale 100, beside a best-effort CPU-bound jo
 member on every node. A first run under ``strict`` measures what each member needs (its
 CPU outside its waits) and the wall time; the job's ``work``, ``weight`` and ``duration``
 are set from them, as a user who profiled the code would; then it runs once under
-``strict`` and once under ``sq``, and prints ``sq``'s figures as ratios to
-``strict``'s: the stencil's wall time (target <= 1.05), the best-effort members' CPU
-while the stencil ran (>= 1.3), the two fast members' CPU spent waiting (<= 0.2), and
+``strict``, once under ``sq`` and once under ``sq_useful`` (``sq`` with the nodes'
+useful-rate caps), and prints their figures as ratios to ``strict``'s: the stencil's
+wall time (target <= 1.05), the best-effort members' CPU while the stencil ran (>= 1.3),
+the two fast members' CPU spent waiting (<= 0.2), and
 each run's mean phase difference from its summary. The stencil's clock is its reported
 step (``progress: reported``) where this coalloc has ``coalloc.progress``, else its CPU
 time (``--progress cpu|reported`` chooses).
@@ -138,6 +139,9 @@ def report(rows: Sequence[coupled.Row], wait: str) -> None:
 
 ROOT = Path(__file__).resolve().parents[1]
 LIVE_TARGETS = {"wall": 1.05, "best_effort": 1.3, "spin": 0.2}
+#: The live arms: the reference, the default policy, and the default with the nodes'
+#: useful-rate caps (docs/decisions.md, "Caps from the useful rate").
+LIVE_POLICIES = ("strict", "sq", "sq_useful")
 #: A best-effort member: burns CPU until the stop file exists, printing its CPU time.
 BURNER = """
 import os, time
@@ -267,20 +271,26 @@ def live(wait: str, steps: int, progress: str | None) -> None:
         print(f"calibration run (strict, the example's work): members' CPU outside waits "
               f"{', '.join(f'{c:.2f}' for c in need.cpu_s)} s, wall {need.wall_s:.1f} s")
         figures = {pol: live_run(pol, wait, steps, progress, need, Path(tmp), pol)
-                   for pol in ("strict", "sq")}
-    ref, mine = figures["strict"], figures["sq"]
-    print(f"{'figure':<34}{'strict':>10}{'sq':>10}{'sq/strict':>11}  target")
+                   for pol in LIVE_POLICIES}
+    ref = figures["strict"]
+    arms = [pol for pol in LIVE_POLICIES if pol != "strict"]
+    print(f"{'figure':<34}{'strict':>10}"
+          + "".join(f"{pol:>10}{pol + '/strict':>17}  {'target':<14}" for pol in arms))
     for key, label, at_most in (("wall", "stencil wall time, s", True),
                                 ("best_effort", "best-effort CPU meanwhile, s", False),
                                 ("spin", "fast members' wait CPU, s", True)):
-        r = _ratio(mine[key], ref[key])
         sign = "<=" if at_most else ">="
-        print(f"{label:<34}{_fmt(ref[key], 10)}{_fmt(mine[key], 10)}{_fmt(r, 11)}"
-              f"  {sign} {LIVE_TARGETS[key]:g} {_check(r, LIVE_TARGETS[key], at_most)}")
-    print(f"{'slow member wait CPU, s':<34}{_fmt(ref['slow_wait'], 10)}"
-          f"{_fmt(mine['slow_wait'], 10)}")
-    print(f"{'mean phase difference, model s':<34}{_fmt(ref['phi'], 10, 1)}"
-          f"{_fmt(mine['phi'], 10, 1)}")
+        line = f"{label:<34}{_fmt(ref[key], 10)}"
+        for pol in arms:
+            r = _ratio(figures[pol][key], ref[key])
+            line += (f"{_fmt(figures[pol][key], 10)}{_fmt(r, 17)}"
+                     f"  {sign} {LIVE_TARGETS[key]:g} {_check(r, LIVE_TARGETS[key], at_most)}")
+        print(line)
+    for key, label, digits in (("slow_wait", "slow member wait CPU, s", 3),
+                               ("phi", "mean phase difference, model s", 1)):
+        print(f"{label:<34}{_fmt(ref[key], 10, digits)}"
+              + "".join(f"{_fmt(figures[pol][key], 10, digits)}{'':17}{'':16}"
+                        for pol in arms))
 
 
 def main() -> None:

@@ -116,4 +116,5 @@ class SimConfig:
             policy.virtual_mode,
             lend_paced=policy.lend_paced,
             borrow_idle=policy.borrow_idle,
+            useful_caps=policy.useful_caps,
         )

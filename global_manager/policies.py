@@ -15,10 +15,12 @@ virtual subtasks do with their share:
 | ``sq_no_lend`` | 5 % overbooking | pace control | other QoS work only |
 | ``sq_no_boost`` | 5 % overbooking | pace control, no speed-up from slack | as ``sq`` |
 | ``sq_no_borrow`` | 5 % overbooking | pace control; QoS work never uses idle CPU | as ``sq`` |
+| ``sq_useful`` | 5 % overbooking | pace control; waiting members held near their need | as ``sq`` |
 
 ``sq`` is the product's default; ``sq_paper`` reproduces the paper and the three rows
-after it are its ablations, the last two are ``sq``'s. Any field can be overridden by
-name (``get_policy("sq", overbooking=0.2)``).
+after it are its ablations, the last four are ``sq``'s (``sq_useful``: the nodes'
+useful-rate caps, ``docs/decisions.md``, "Caps from the useful rate"). Any field can be
+overridden by name (``get_policy("sq", overbooking=0.2)``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class PolicyName(str, Enum):
     SQ_WORK_CONSERVING = "sq_work_conserving"
     SQ_LET_AHEAD = "sq_let_ahead"
     SQ_LEAD = "sq_lead"
+    SQ_USEFUL = "sq_useful"
 
 
 #: Admission policies that take an overbooking ratio.
@@ -56,7 +59,9 @@ class Policy:
     :data:`global_manager.admission.admission_policies`; ``overbooking`` is its ratio
     (only for ``overbooking``); ``placement`` names a placement policy; ``lend_paced``:
     under pace control, lend what capped subtasks leave to the best-effort and grid-local
-    queues (see :mod:`local_manager.scheduler`)."""
+    queues (see :mod:`local_manager.scheduler`); ``useful_caps``: under pace control,
+    the nodes hold coupled members that wait near their useful rate
+    (:mod:`local_manager.useful_rate`)."""
 
     name: str
     admission: str
@@ -67,6 +72,7 @@ class Policy:
     controller_config: ControllerConfig = field(default_factory=ControllerConfig)
     lend_paced: bool = True
     borrow_idle: bool = True
+    useful_caps: bool = False
 
     @property
     def overbooks(self) -> bool:
@@ -114,6 +120,15 @@ def _sq_lead(**kw: object) -> Policy:
         "controller_config", ControllerConfig(mode=ControlMode.PACE, pace_lead=SQ_LEAD_FRACTION)
     )
     return _renamed(_sq(**kw), "sq_lead")
+
+
+@policies.register(PolicyName.SQ_USEFUL.value)
+def _sq_useful(**kw: object) -> Policy:
+    """``sq`` whose nodes also hold each coupled member that waits near the CPU it needs
+    (``progress: reported`` members; ``docs/decisions.md``, "Caps from the useful
+    rate")."""
+    kw.setdefault("useful_caps", True)
+    return _renamed(_sq(**kw), "sq_useful")
 
 
 @policies.register(PolicyName.SQ_NO_LEND.value)

@@ -320,11 +320,11 @@ class ReplayingScheduler(LocalScheduler):
         # its order; the lending must be the same (it read the other queues' caps).
         released = 0.0
         if uncapped_moved:
-            for _e, s, key, _per, rate_cap in split.limits:
+            for _e, _s, key, _per, rate_cap in split.limits:
                 if rate_cap is not None:
                     c = uncapped[key]
-                    if s.rate_cap * cycle < c:
-                        released += c - s.rate_cap * cycle
+                    if rate_cap < c:
+                        released += c - rate_cap
         else:
             released = last.released
         lendable = 0.0

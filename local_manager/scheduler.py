@@ -28,8 +28,9 @@ at the cycle's end. The node offers ``speed_mhz * cores * q`` Mcycles per cycle:
    - ``work_conserving``: it is lent to the best-effort queue for this cycle only, so it
      is taken back at once the next cycle (:meth:`LocalScheduler._lend`);
    - ``paced`` (pace control): virtual subtasks are bookkeeping only and take no CPU. A
-     slowed subtask is held to its ``rate_cap`` instead; what it leaves goes to the other
-     QoS entries first (the queue's water filling), and what the QoS queue then leaves
+     slowed subtask is held to its ``rate_cap`` instead (or to a lower useful cap that
+     the node set, :meth:`LocalScheduler.set_useful_caps`); what it leaves goes to the
+     other QoS entries first (the queue's water filling), and what the QoS queue then leaves
      unused *because of the caps* is lent, this cycle only, to the best-effort and
      grid-local queues (:meth:`LocalScheduler._lend_to_queues`), even when the queues are
      not work-conserving: a slow-down never idles the CPU. CPU that no queue uses goes to
@@ -123,6 +124,9 @@ class LocalSchedulerConfig:
     #: more (capped ones only up to their caps), even when the queues are not
     #: work-conserving: the subtask that bounds its job's pace runs faster.
     borrow_idle: bool = True
+    #: ``paced`` mode: apply the useful caps the node sets
+    #: (:meth:`LocalScheduler.set_useful_caps`); off, they are kept and not applied.
+    useful_caps: bool = False
 
     def __post_init__(self) -> None:
         for q in QueueName:
@@ -239,7 +243,8 @@ class Split:
     lent_virtual: bool
     borrowed: bool
     #: Per running entry in order: the entry, its subtask, its key, its cores at full
-    #: speed and, under pace control, its rate cap (the factors of ``cap``).
+    #: speed and, under pace control, its rate cap for the cycle (Mcycles: the lower of
+    #: the controller's and its useful cap; the factors of ``cap``).
     limits: list[tuple[Entry, Subtask, Key, float, float | None]]
 
 
@@ -265,6 +270,9 @@ class LocalScheduler:
         # Per entry, the most CPU (Mcycles) it can use in the next split (a coupled member
         # that blocks at an exchange): set by :meth:`limit_demand`, usually empty.
         self._demand_limits: Mapping[Key, float] = {}
+        # Under pace control, per entry, the rate (Mcycles/s) its useful rate allows it
+        # (:meth:`set_useful_caps`; the live node's, usually empty).
+        self._useful_caps: Mapping[Key, float] = {}
 
     def _inputs_changed(self) -> None:
         """Something the split reads besides the work done changed: an entry was added,
@@ -437,6 +445,28 @@ class LocalScheduler:
         self._demand_limits = dict(limits) if limits else {}
         self._inputs_changed()
 
+    def set_useful_caps(self, caps: Mapping[Key, float] | None) -> None:
+        """Under pace control, hold each keyed entry to at most its useful cap
+        (Mcycles/s, > 0; ``None`` or empty: none) in the splits to come, as a rate cap:
+        the lower of it and the controller's ``rate_cap`` holds. A coupled member that
+        waits at its exchanges is held near the CPU it uses outside its waits
+        (:mod:`local_manager.useful_rate`); what it leaves goes to the node's other work by
+        the queues' rules, and its ``available_work`` still says what it could get with
+        every cap lifted. Outside pace control, or with the configuration's
+        ``useful_caps`` off, the caps are kept and not applied."""
+        new = dict(caps) if caps else {}
+        for key, cap in new.items():
+            if not math.isfinite(cap) or cap <= 0:
+                raise ValueError(f"useful cap for {key}: must be finite and > 0, got {cap!r}")
+        if new != self._useful_caps:
+            self._inputs_changed()
+        self._useful_caps = new
+
+    @property
+    def applies_useful_caps(self) -> bool:
+        """Whether useful caps apply: under pace control, with ``useful_caps`` on."""
+        return self.config.useful_caps and self.config.virtual_mode is VirtualSubtaskMode.PACED
+
     # ---------------------------------------------------------------------- cycle
     def plan(self, real_time: float, cycle: float) -> Split:
         """The first half of :meth:`step`: the split of the cycle of ``cycle`` s ending at
@@ -499,6 +529,7 @@ class LocalScheduler:
         released = 0.0  # QoS demand (Mcycles) the rate caps hold back this cycle
         uncapped: dict[Key, float] = {}  # demand of capped entries without cap
         limits_of = self._demand_limits
+        useful_of = self._useful_caps if self.config.useful_caps else None
         limits: list[tuple[Entry, Subtask, Key, float, float | None]] = []
         for e in entries:
             s = e.subtask
@@ -513,12 +544,17 @@ class LocalScheduler:
                     c = lim if lim > 0.0 else 0.0
             rate_cap = None
             if paced:
-                if s.rate_cap > 0:
+                rc = s.rate_cap
+                if useful_of:
+                    u = useful_of.get(e.key)
+                    if u is not None and (rc <= 0 or u < rc):
+                        rc = u
+                if rc > 0:
                     uncapped[e.key] = c
-                    rate_cap = s.rate_cap * cycle
-                if s.rate_cap > 0 and s.rate_cap * cycle < c:
-                    released += c - s.rate_cap * cycle
-                    c = s.rate_cap * cycle
+                    rate_cap = rc * cycle
+                    if rate_cap < c:
+                        released += c - rate_cap
+                        c = rate_cap
             elif s.virtual_weight > 0 and e.queue is QueueName.QOS:
                 n_virtual += 1
             cap[e.key] = c

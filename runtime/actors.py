@@ -42,6 +42,7 @@ from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
 from runtime.identity import AdminSeed, Credential, Identity, Refusal, Role, check_submit
 from runtime.journal import journal_files
+from runtime.lease import Answer, LeaseTerms, NodeLease
 from runtime.node_host import HostedNode, node_handle
 from runtime.node_runtime import NodeRuntime
 from runtime.rendezvous import KvAccess
@@ -365,19 +366,117 @@ class LocalManagerActor:
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("%s: cannot restore (%s); starting empty", ckpt, exc)
         self.metrics = RayNodeMetrics(node.name)
+        # The lease: a restarted manager holds it from its predecessor's last granted
+        # renewal (its checkpoint; same host, so the same monotonic clock), never longer.
+        held = saved.get("lease_confirmed_at") if saved is not None else None
+        self.lease = NodeLease(LeaseTerms(config.lease_seconds), time.monotonic(),
+                               float(held) if isinstance(held, (int, float)) else None)
+        self.runtime.lease_confirmed_at = self.lease.confirmed_at
+        self.runtime.counters.update(lease_renewals=0, lease_failures=0)
+        self._lease_error = ""  # the last failed renewal's error
+        self._lease_stop = threading.Event()
         self._thread = threading.Thread(
             target=self.runtime.run, name=f"coalloc-lm-{node.name}", daemon=True
         )
         self._thread.start()
+        threading.Thread(
+            target=self._lease_loop, name=f"coalloc-lease-{node.name}", daemon=True
+        ).start()
+
+    def _lease_loop(self) -> None:
+        """Renew this node's lease with the global manager (:mod:`runtime.lease`): a
+        renewal every third of the lease (sooner after a failure), answers taken as they
+        come; without a lease, fence the node; told it was lost, fence, take a new
+        incarnation and renew under it. Ends with the manager."""
+        import ray
+
+        out: dict[Any, int] = {}  # renewal call -> its token
+        while not self._lease_stop.is_set():
+            now = time.monotonic()
+            self.lease.look(now)
+            if out:
+                ready, _ = ray.wait(list(out), num_returns=len(out), timeout=0)
+                for ref in ready:
+                    token = out.pop(ref)
+                    try:
+                        answer: Answer | None = Answer(ray.get(ref, timeout=0))
+                    except Exception as exc:  # noqa: BLE001 - the lease says when it matters
+                        answer = None
+                        self.runtime.counters["lease_failures"] += 1
+                        self._lease_error = f"{type(exc).__name__}: {exc}"[:300]
+                    else:
+                        self.runtime.counters["lease_renewals"] += 1
+                    got = self.lease.answered(token, answer)
+                    if got is Answer.REJOINED:
+                        # A new incarnation of a node declared lost: what it re-attached
+                        # from before (a restart meanwhile) may run elsewhere now.
+                        self.runtime.fence("the global manager had declared this node "
+                                           "lost", timeout=5.0)
+                    elif got is Answer.LOST:
+                        self._rejoin(now)
+                        out.clear()
+                        break
+            for token in self.lease.give_up(now):
+                out = {ref: t for ref, t in out.items() if t != token}
+            self.runtime.lease_confirmed_at = self.lease.confirmed_at
+            if self.lease.held(now):
+                if self.runtime.unleased is not None:
+                    log.warning("node %s: lease renewed; subtasks may start again",
+                                self.node.name)
+                    self.runtime.leased()
+            elif self.runtime.unleased is None and self.lease.must_fence(now):
+                since = now - self.lease.confirmed_at
+                self.runtime.fence(
+                    f"no lease: the last renewal the global manager granted was sent "
+                    f"{since:.1f} s ago (lease {self.lease.terms.lease_s:g} s)", timeout=5.0)
+            if self.lease.due(now):
+                token = self.lease.send(now)
+                try:
+                    ref = self._global().renew_lease.remote(
+                        self.node.name, self.runtime.incarnation)
+                    out[ref] = token
+                except Exception as exc:  # noqa: BLE001 - no global manager: retried soon
+                    self._gm = None
+                    self.lease.answered(token, None)
+                    self.runtime.counters["lease_failures"] += 1
+                    self._lease_error = f"{type(exc).__name__}: {exc}"[:300]
+            wait = max(0.0, self.lease.next_look(now) - time.monotonic())
+            if out:
+                ray.wait(list(out), num_returns=1, timeout=wait)
+            else:
+                self._lease_stop.wait(wait)
+
+    def _rejoin(self, now: float) -> None:
+        """The global manager declared this node lost: fence what still runs, take a new
+        incarnation, tell the controller (reports of the old one are dropped there as
+        ``old_incarnation``) and renew under it."""
+        old = self.runtime.incarnation
+        self.runtime.fence("the global manager declared this node lost", timeout=5.0)
+        inc = self.runtime.rejoin()
+        self.lease.rejoin(now)
+        log.warning("node %s: the global manager declared incarnation %d lost; rejoining "
+                    "as incarnation %d", self.node.name, old, inc)
+        try:
+            import ray
+
+            ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).register_node.remote(
+                self.node.name, inc)
+        except Exception:  # noqa: BLE001 - its first report registers it there too
+            log.info("node %s: cannot reach the controller to register incarnation %d",
+                     self.node.name, inc)
+
+    def _global(self) -> Any:
+        """The global manager's handle (looked up once, again after a failure)."""
+        import ray
+
+        if self._gm is None:
+            self._gm = ray.get_actor(GLOBAL_NAME, namespace=NAMESPACE)
+        return self._gm
 
     def _ended(self, outcome: SubtaskOutcome) -> None:
         """Tell the global manager (fire and forget) that a subtask left the node."""
-        import ray
-
         try:
-            if self._gm is None:
-                self._gm = ray.get_actor(GLOBAL_NAME, namespace=NAMESPACE)
-            self._gm.subtask_ended.remote(outcome)
+            self._global().subtask_ended.remote(outcome)
         except Exception:  # noqa: BLE001 - the global manager may be gone (down)
             log.warning("cannot reach the global manager about %s", outcome)
 
@@ -390,7 +489,16 @@ class LocalManagerActor:
             "running": self._thread.is_alive(),
             "reaped_stale": self.reaped,
             "restored": self.restored,
+            "lease": self.lease_view(),
         }
+
+    def lease_view(self) -> dict[str, Any]:
+        """The lease as this node holds it: held, real s since the send of its last
+        granted renewal, the lease, the last renewal error."""
+        now = time.monotonic()
+        return {"held": self.lease.held(now), "age_s": round(now - self.lease.confirmed_at, 3),
+                "lease_s": self.lease.terms.lease_s, "renewals_out": len(self.lease.out()),
+                "last_error": self._lease_error}
 
     def place(self, subtasks: list[Subtask], start: float) -> int:
         self.runtime.submit(subtasks, start)
@@ -429,6 +537,7 @@ class LocalManagerActor:
 
     def shutdown(self) -> bool:
         """Stop the loop, kill every subtask process, close the sockets."""
+        self._lease_stop.set()
         self.runtime.stop()
         self._thread.join(timeout=15.0)
         if self.runtime.checkpoint is not None:  # down: nothing is left to resume
@@ -554,11 +663,15 @@ class RestartWatch:
 
 
 class _RayDispatch:
-    """Reaches the controller and the local managers through Ray calls."""
+    """Reaches the controller and the local managers through Ray calls; not the nodes in
+    ``cut`` (:meth:`GlobalManagerActor.isolate`)."""
 
-    def __init__(self, controller: Any, local_managers: dict[str, Any]) -> None:
+    def __init__(
+        self, controller: Any, local_managers: dict[str, Any], cut: Collection[str] = ()
+    ) -> None:
         self.controller = controller
         self.local_managers = local_managers
+        self.cut = cut
 
     def register(self, reg: JobRegistration) -> None:
         import ray
@@ -568,6 +681,8 @@ class _RayDispatch:
     def place(self, node: str, subtasks: list[Subtask], start: float) -> None:
         import ray
 
+        if node in self.cut:
+            raise ConnectionError(f"node {node} is cut off")
         ray.get(self.local_managers[node].place.remote(subtasks, start), timeout=CALL_TIMEOUT_S)
 
     def cancel(self, job_id: str, nodes: Iterable[str], reason: str = "") -> list[str]:
@@ -576,9 +691,10 @@ class _RayDispatch:
         reconciliation once its manager answers again)."""
         import ray
 
-        calls = [(f"node {n}", self.local_managers[n].cancel.remote(job_id)) for n in nodes]
+        unreached = [f"node {n}" for n in nodes if n in self.cut]
+        calls = [(f"node {n}", self.local_managers[n].cancel.remote(job_id)) for n in nodes
+                 if n not in self.cut]
         calls.append(("the controller", self.controller.cancel.remote(job_id, reason)))
-        unreached = []
         for who, ref in calls:
             try:
                 ray.get(ref, timeout=CALL_TIMEOUT_S)
@@ -622,12 +738,14 @@ class GlobalManagerActor:
         from runtime.metrics import RayGlobalMetrics
 
         self.metrics = RayGlobalMetrics()
+        #: Nodes this manager acts as if cut off from (:meth:`isolate`; fault tests).
+        self._cut: set[str] = set()
         # Built by Ray again after a crash (max_restarts): the journal is then recovered.
         self.service = GlobalService(
             [node for node, _, _ in placements],
             config,
             self.clock,
-            _RayDispatch(self.controller, self.local_managers),
+            _RayDispatch(self.controller, self.local_managers, self._cut),
             Path(journal) if journal else None,
             self.metrics,
         )
@@ -706,7 +824,10 @@ class GlobalManagerActor:
             asked = self.service.running_subtasks()
             earlier = calls.refs()
             new = []
-            for n in calls.to_ask(self.local_managers):
+            cut = set(self._cut)
+            for n in cut:
+                self._report_errors[n] = "cut off"
+            for n in calls.to_ask(n for n in self.local_managers if n not in cut):
                 ref = self.local_managers[n].report.remote(asked.get(n, []))
                 calls.asked(ref, n, began)
                 new.append(ref)
@@ -718,6 +839,8 @@ class GlobalManagerActor:
             answered = set()
             for ref in ready:
                 node = calls.came(ref)
+                if node in cut:
+                    continue  # asked before the cut: not heard
                 try:
                     report = ray.get(ref, timeout=0)
                 except Exception as exc:  # noqa: BLE001 - that node did not answer
@@ -842,7 +965,30 @@ class GlobalManagerActor:
         return parse_cancels(self.service.cancel_many(job_ids, user, state))
 
     def subtask_ended(self, outcome: SubtaskOutcome) -> None:
+        if outcome.node in self._cut:
+            return
         self.service.subtask_ended(outcome)
+
+    def renew_lease(self, node: str, incarnation: int) -> str:
+        """``node``'s local manager renews its lease (``runtime.lease``): the
+        :class:`~runtime.lease.Answer`'s value."""
+        if node in self._cut:
+            raise ConnectionError(f"node {node} is cut off")
+        return self.service.renew_lease(node, incarnation).value
+
+    def isolate(self, nodes: list[str]) -> list[str]:
+        """For fault tests: act from now on as if the links to ``nodes`` were cut on this
+        side (one side of a partition that leaves the node's processes and its report
+        channel to the controller alone): their lease renewals fail, their reports and
+        subtask outcomes are not heard, and no call is made to them. ``[]`` heals. Not
+        kept across a restart. Returns the nodes cut."""
+        unknown = sorted(set(nodes) - set(self.local_managers))
+        if unknown:
+            raise ValueError(f"isolate: unknown nodes {', '.join(unknown)}")
+        self._cut.clear()
+        self._cut.update(nodes)
+        log.warning("fault injection: nodes cut off: %s", ", ".join(sorted(nodes)) or "none")
+        return sorted(self._cut)
 
     def cancel(self, job_id: str) -> JobRecord | None:
         return self.service.cancel(job_id)

@@ -80,6 +80,7 @@ _WORDING = Wording(
         "control_lag": _reason("must be within [0, 1) cycles"),
         "start_margin_s": _reason("must be >= 0 s"),
         "node_timeout": _reason("must be an integer > stall_cycles"),
+        "lease_s": _reason("must be a finite number of seconds >= 0 (0: the default)"),
     },
 )
 
@@ -145,6 +146,13 @@ class RuntimeConfig:
     #: in the global manager's job table; then it moves to the journal's archive, read by
     #: ``coalloc status --all`` and by its id (``coalloc up --keep-finished``).
     keep_finished_s: _Positive = 86400.0
+    #: Real seconds a local manager's lease on being part of the cluster lasts after it
+    #: sent its last renewal the global manager granted; a node that cannot renew for a
+    #: whole lease fences itself (stops its subtasks: :mod:`runtime.lease`). 0: the
+    #: default, :data:`runtime.lease.LEASE_FRACTION` of the node-loss window
+    #: (:attr:`loss_window_s`; 10 s at the defaults). Must be shorter than that window
+    #: (``coalloc up --lease``).
+    lease_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
 
     def __post_init__(self) -> None:
         if self.policy not in policies:
@@ -163,6 +171,12 @@ class RuntimeConfig:
             raise ValueError(
                 f"node_timeout: must be an integer > stall_cycles ({self.stall_cycles}), "
                 f"got {self.node_timeout!r}"
+            )
+        if self.lease_s and self.lease_s >= self.loss_window_s:
+            raise ValueError(
+                f"lease: must be shorter than the node-loss window ({self.node_timeout} "
+                f"cycles x {self.real_cycle:g} s = {self.loss_window_s:g} s, --node-timeout "
+                f"at time scale {self.time_scale:g}), got {self.lease_s:g} s"
             )
         # The simulator's and the local scheduler's own checks apply too.
         self.sim_config().local_config(self.get_policy())
@@ -198,6 +212,20 @@ class RuntimeConfig:
     def real_cycle(self) -> float:
         """The cycle's length in real seconds."""
         return self.cycle / self.time_scale
+
+    @property
+    def loss_window_s(self) -> float:
+        """Real seconds of silence after which the global manager declares a node lost
+        (``node_timeout`` cycles)."""
+        return self.node_timeout * self.real_cycle
+
+    @property
+    def lease_seconds(self) -> float:
+        """The local managers' lease in real seconds: :attr:`lease_s`, or by default
+        :data:`runtime.lease.LEASE_FRACTION` of :attr:`loss_window_s`."""
+        from runtime.lease import LEASE_FRACTION
+
+        return self.lease_s or LEASE_FRACTION * self.loss_window_s
 
     @property
     def control_period(self) -> float:

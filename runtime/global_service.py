@@ -41,7 +41,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -70,6 +70,7 @@ from runtime.jobs import (
 )
 from runtime.journal import Sync
 from runtime.kv_store import KvStore, RunGone
+from runtime.lease import Answer, LeaseLedger, LeaseTerms
 from runtime.metrics import NullGlobalMetrics, QueueGauges
 from runtime.node_health import HeardReport, NodeHealth
 from runtime.rendezvous import KvAccess, Member, PortPool, run_env
@@ -121,10 +122,12 @@ class GlobalService:
         dispatch: Dispatch,
         journal: Path | None = None,
         metrics: NullGlobalMetrics | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``journal``: the file the job table is persisted to (None: not persisted); if
         it exists the service recovers from it (see the module docstring); ``metrics``:
-        its observability hooks (:mod:`runtime.metrics`)."""
+        its observability hooks (:mod:`runtime.metrics`); ``monotonic``: the real
+        monotonic clock the nodes' leases are kept on (:mod:`runtime.lease`)."""
         self.config = config
         self.metrics = metrics or NullGlobalMetrics()
         self.clock = clock
@@ -149,6 +152,7 @@ class GlobalService:
         self.counters: dict[str, int] = {
             "requeued": 0, "failed_node_loss": 0, "failed_subtask": 0, "dispatch_failed": 0,
             "zombies_cancelled": 0, "nodes_lost": 0, "tokens_forgotten_early": 0,
+            "stale_reports": 0, "stale_outcomes": 0,
         }
         self.journal = journal
         #: Subtask outcomes reconciliation applied (their notifications were lost).
@@ -176,6 +180,13 @@ class GlobalService:
         self.users = Registry("")
         if journal is not None:
             self._open_journal(journal)
+        #: The nodes' leases (:mod:`runtime.lease`), under their own lock: renewals are
+        #: answered without the job table's. Not journaled: a restarted service takes
+        #: every node as granted at its start.
+        self.monotonic = monotonic
+        self.leases = LeaseLedger(LeaseTerms(config.lease_seconds), (n.name for n in nodes),
+                                  monotonic(), lost=self.health.lost)
+        self._lease_lock = threading.Lock()
 
     @property
     def lost(self) -> dict[str, str]:
@@ -373,7 +384,14 @@ class GlobalService:
         alive if its loop runs, its measured QoS capacity is observed, its subtasks are
         reconciled (:meth:`reconcile`). Returns the runs to stop there
         (:meth:`runs_to_stop`): the caller cancels them on the node. The report is kept
-        for ``status`` (:meth:`heard`)."""
+        for ``status`` (:meth:`heard`). A report of an incarnation retired by a loss is
+        dropped and counted (``stale_reports``): the node rejoins under a new one."""
+        with self._lease_lock:
+            fresh = self.leases.heard(report.node, report.incarnation)
+        if not fresh:
+            with self._lock:
+                self.counters["stale_reports"] += 1
+            return []
         self.keep_report(report)
         self.node_answered(report.node, report.loop_running)
         self.observe_qos_capacity(report.node, report.qos_capacity)
@@ -468,6 +486,35 @@ class GlobalService:
         return bool(stops)
 
     # ------------------------------------------------------------- node health
+    def renew_lease(self, node: str, incarnation: int) -> Answer:
+        """``node``'s local manager, as ``incarnation``, renews its lease
+        (:meth:`LeaseLedger.renew`): granted, or ``lost`` for an incarnation retired by
+        a loss (the node fences and rejoins under a new one). Not under the job table's
+        lock: a journal write does not hold a renewal."""
+        with self._lease_lock:
+            answer = self.leases.renew(node, incarnation, self.monotonic())
+        if answer is Answer.LOST:
+            log.warning("node %s: lease renewal of incarnation %d refused: it was declared "
+                        "lost (the node fences and rejoins under a new incarnation)",
+                        node, incarnation)
+        return answer
+
+    def lease_counters(self) -> dict[str, int]:
+        """Renewals granted, refused (``stale_renewals``), and lost nodes rejoined."""
+        with self._lease_lock:
+            return dict(self.leases.counters)
+
+    def _restart_after(self, nodes: Iterable[str]) -> float | None:
+        """Model s before which a new run of a gang that ran on ``nodes`` (lost now) must
+        not start: when their leases have certainly lapsed (None: they have)."""
+        with self._lease_lock:
+            lapse = max((self.leases.lapse_at(n) for n in nodes
+                         if n in self.leases.granted_at), default=None)
+        if lapse is None:
+            return None
+        wait = lapse - self.monotonic()
+        return self.clock.now() + wait * self.config.time_scale if wait > 0 else None
+
     def node_budgets(self) -> dict[str, float]:
         return self.core.node_budgets()
 
@@ -487,6 +534,9 @@ class GlobalService:
         with self._lock:
             if not loop_running:
                 return
+            with self._lease_lock:
+                if node in self.leases.lost:
+                    return  # back once it has rejoined under a new incarnation (its lease)
             back = self.core.set_node_down(node, False)
             was_lost = self.health.answered(node, self.clock.now())
             if was_lost is not None:
@@ -507,6 +557,10 @@ class GlobalService:
         now = self.clock.now()
         with self._lock:
             silence = self.health.check(now, self.config, last_errors or {}, restarting)
+            if silence.gap:
+                log.warning("no node check for %.1f s (the global manager was stopped or "
+                            "slow): the nodes' silence over it is not counted",
+                            silence.gap / self.config.time_scale)
             for node in silence.stale:
                 if self.core.set_node_down(node):
                     log.warning("node %s stale: silent for %.0f cycles", node,
@@ -517,6 +571,8 @@ class GlobalService:
             for node, why in silence.lost.items():
                 self.counters["nodes_lost"] += 1
                 self.core.set_node_down(node)
+                with self._lease_lock:
+                    self.leases.declare_lost(node)
                 log.error("node %s lost: %s", node, why)
             stops: list[tuple[str, list[str], str]] = []
             for info in list(self.jobs.values()):
@@ -527,7 +583,8 @@ class GlobalService:
                     continue
                 node = hit[0].node
                 why = f"node {node} lost ({self.lost[node]})"
-                stops.append(self._end_run(info, why, info.spec.node_loss_policy(), loss=True))
+                stops.append(self._end_run(info, why, info.spec.node_loss_policy(), loss=True,
+                                           lost_nodes={s.node for s in hit}))
             self._persist()
         self._send_stops(stops)
         return list(silence.lost)
@@ -634,7 +691,8 @@ class GlobalService:
                 while len(self.tokens) > TOKENS_KEPT:
                     self._forget_token(next(iter(self.tokens)), early=True)
             self._persist()  # write-ahead: recorded before it is dispatched
-            reservations = [self._reserve(info, subtasks, start) for info, subtasks in placed]
+            reservations = [self._reserve(info, subtasks, info.start_at or start)
+                            for info, subtasks in placed]
         self._dispatch_all(reservations)  # outside the lock
         with self._lock:
             after = [self._answer(self.jobs[j]) for j in ids]
@@ -683,7 +741,8 @@ class GlobalService:
             if not placed and not expired:
                 return 0
             self._persist()  # write-ahead; a dispatch that fails records its own outcome
-            reservations = [self._reserve(info, subtasks, start) for info, subtasks in placed]
+            reservations = [self._reserve(info, subtasks, info.start_at or start)
+                            for info, subtasks in placed]
         self._dispatch_all(reservations)  # outside the lock
         return len(reservations)
 
@@ -704,7 +763,11 @@ class GlobalService:
         out = []
         for adm in cyc.placed:
             info = self.jobs[adm.job_id]
-            self._placed(info, adm.subtasks, start)
+            at = start
+            if info.not_before is not None and info.not_before > start:
+                # A lost node's lease may not have lapsed: its run starts after it.
+                at = boundary_at_or_after(info.not_before, self.config.cycle)
+            self._placed(info, adm.subtasks, at)
             out.append((info, adm.subtasks))
         return out, bool(cyc.expired)
 
@@ -714,6 +777,7 @@ class GlobalService:
         info.state = JobPhase.RUNNING
         info.reason = ""
         info.start_at = start
+        info.not_before = None
         info.outcomes = {}
         info.dispatches += 1
         info.subtasks = tuple(PlacedSubtask.of(s) for s in subtasks)
@@ -855,13 +919,20 @@ class GlobalService:
         stops: list[tuple[str, list[str], str]] = []
         with self._lock:
             info = self._info_of_run(outcome.job_id)
-            if info is None or outcome.index in info.outcomes:
+            if info is None:
+                self.counters["stale_outcomes"] += 1  # of a run that is no longer current
+                return
+            if outcome.index in info.outcomes:
                 return
             self._mark(info.job_id)
             info.outcomes[outcome.index] = SubtaskEnd(
                 outcome.state, outcome.finish_time, outcome.exit_code, outcome.reason
             )
-            if outcome.state is not SubtaskPhase.FINISHED:
+            if outcome.state is SubtaskPhase.FENCED:
+                # Its node held no lease: as if it had been lost (its gang's policy).
+                why = f"subtask {outcome.index} {outcome.reason} on {outcome.node}"
+                stops.append(self._end_run(info, why, info.spec.node_loss_policy(), loss=True))
+            elif outcome.state is not SubtaskPhase.FINISHED:
                 why = f"subtask {outcome.index} {outcome.state.value} on {outcome.node}"
                 if outcome.reason:
                     why += f": {outcome.reason}"
@@ -873,12 +944,15 @@ class GlobalService:
         self._send_stops(stops)
 
     def _end_run(
-        self, info: JobInfo, why: str, policy: EndPolicy, loss: bool
+        self, info: JobInfo, why: str, policy: EndPolicy, loss: bool,
+        lost_nodes: Iterable[str] = (),
     ) -> tuple[str, list[str], str]:
         """End the running job's current run whole (caller holds the lock and persists):
         every member stops, budgets return, then a requeue (remaining work, on a new
-        placement) or a failure. Returns (run id, nodes to stop, reason) for
-        :meth:`_send_stops`, done after the lock is released."""
+        placement) or a failure. ``lost_nodes``: nodes of the run declared lost, which
+        cannot be told to stop it: a requeued run starts again only once their leases
+        have lapsed (they fenced it by then; ``not_before``). Returns (run id, nodes to
+        stop, reason) for :meth:`_send_stops`, done after the lock is released."""
         self._mark(info.job_id)
         spec = info.spec
         run_id = info.run_id
@@ -892,6 +966,10 @@ class GlobalService:
             info.state = JobPhase.PENDING
             info.queued_at = now
             info.reason = f"requeued after {why}"
+            info.not_before = self._restart_after(lost_nodes)
+            if info.not_before is not None:
+                info.reason += (f"; starts after the lost node's lease lapsed (model s "
+                                f"{info.not_before:.0f})")
             self.counters["requeued"] += 1
             stop_reason = f"requeued: {why}"
         else:
@@ -1088,7 +1166,7 @@ class GlobalService:
                 model_time=self.clock.now(),
                 nodes=nodes,
                 jobs=jobs,
-                global_counters=dict(self.counters),
+                global_counters={**self.counters, **self.lease_counters()},
                 journal_error=self.journal_error,
             )
 

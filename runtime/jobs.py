@@ -144,6 +144,9 @@ class JobInfo:
     #: Fraction of the job's work its current run was given (requeues start from the
     #: gang's last common progress).
     work_left: float = 1.0
+    #: Model s before which its next run must not start (a requeue after a node loss:
+    #: the lost node's lease may not have lapsed; ``runtime.lease``). None: no bound.
+    not_before: float | None = None
 
     @property
     def name(self) -> str:

@@ -120,6 +120,8 @@ METRICS: tuple[MetricDef, ...] = (
               "Progress reports a local manager sent."),
     MetricDef("coalloc_node_reports_send_dropped", _COUNTER, _L, ("node",), "reports",
               "Progress reports a local manager dropped (send queue full)."),
+    MetricDef("coalloc_node_fenced_subtasks", _COUNTER, _L, ("node",), "subtasks",
+              "Subtasks a local manager stopped because it held no lease (fenced)."),
     MetricDef("coalloc_node_subtasks", _GAUGE, _L, ("node",), "subtasks",
               "Subtasks running on a node."),
     MetricDef("coalloc_stalled_subtasks", _GAUGE, _L, ("node",), "subtasks",
@@ -249,7 +251,8 @@ class RayNodeMetrics:
         tags = {"node": self.node}
         for key, name in (("reports_sent", "coalloc_node_reports_sent"),
                           ("reports_dropped", "coalloc_node_reports_send_dropped"),
-                          ("progress_received", "coalloc_progress_reports")):
+                          ("progress_received", "coalloc_progress_reports"),
+                          ("fenced", "coalloc_node_fenced_subtasks")):
             _add_growth(self.m[name], self._last, key, int(counters.get(key, 0)), tags)
         for key, total in counters.items():
             if key.startswith(PROGRESS_DROPPED):

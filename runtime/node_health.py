@@ -30,6 +30,12 @@ MANAGER_RESTART_WAIT_S = 120.0
 #: whose last report is older (three of the monitor's once-a-second rounds missed) as not
 #: answering. ``status`` answers from these reports; it never waits on a node.
 REPORT_FRESH_S = 3.0
+#: Real seconds between two node checks beyond which the global manager itself was not
+#: running (SIGSTOPped, a frozen VM, a stalled host; the monitor checks every second):
+#: the nodes' silence over that gap is not counted against them, so a global manager
+#: that comes back does not declare nodes lost for its own downtime. (A restarted one
+#: starts every node's count afresh: ``last_seen`` is not journaled.)
+CHECK_GAP_S = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +60,9 @@ class Silence:
 
     lost: dict[str, str]
     stale: list[str]
+    #: Model s since the previous check not counted as silence (0: none; see
+    #: :data:`CHECK_GAP_S`).
+    gap: float = 0.0
 
 
 class NodeHealth:
@@ -69,6 +78,8 @@ class NodeHealth:
         #: Each node's last report and when it came (model s): what ``status`` shows of
         #: the nodes (not journaled: a recovered service has none until they report).
         self.reports: dict[str, tuple[NodeReport, float]] = {}
+        #: Model time of the last :meth:`check` (None: none yet).
+        self.checked_at: float | None = None
 
     def answered(self, node: str, now: float) -> str | None:
         """``node``'s manager answered at ``now`` with its loop running. Returns why it
@@ -87,9 +98,16 @@ class NodeHealth:
         """Mark the nodes lost whose managers have been silent too long at ``now`` (see
         the module docstring); ``errors``: node -> what the last status call gave instead
         of an answer, for the reason; ``restarting``: nodes whose manager Ray is
-        restarting."""
+        restarting. Silence over a gap of more than :data:`CHECK_GAP_S` since the last
+        check is not counted (the global manager was not running)."""
         lost: dict[str, str] = {}
         stale: list[str] = []
+        gap = 0.0
+        if self.checked_at is not None and now - self.checked_at > CHECK_GAP_S * config.time_scale:
+            gap = now - self.checked_at
+            for node in self.last_seen:
+                self.last_seen[node] += gap
+        self.checked_at = now
         for node in self.nodes:
             if node in self.lost:
                 continue
@@ -106,7 +124,7 @@ class NodeHealth:
                 self.lost[node] = lost[node] = why
             elif silent > config.stall_cycles:
                 stale.append(node)
-        return Silence(lost, stale)
+        return Silence(lost, stale, gap)
 
     def keep(self, report: NodeReport, now: float) -> None:
         """Keep ``report``, arrived at model time ``now``, as its node's last."""

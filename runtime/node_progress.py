@@ -10,16 +10,25 @@ in its report); the subtask runs on. Under ``progress: reported`` the work booke
 process subtask is not its CPU time but what moves its clock to the reported time mapped
 onto its nominal duration (:mod:`local_manager.reported_clock`), so the controller paces
 it by the progress it reports.
+
+Under pace control a member of a ``progress: reported`` job that reports its waits is
+also held near its useful rate (:mod:`local_manager.useful_rate`): every boundary
+:meth:`NodeProgress.useful_caps` takes each such member's cycle (the CPU it used, its
+share, the cycle's length) with the seconds it reported waiting since the last boundary,
+and gives the caps for the scheduler (:meth:`LocalScheduler.set_useful_caps`).
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
+from local_manager.executor_records import CycleUsage
 from local_manager.progress_wire import ADDR_ENV, KEY_ENV, DatagramError, DropReason, parse_addr
 from local_manager.reported_clock import ReportedProgress, reported_work
 from local_manager.scheduler import LocalScheduler
+from local_manager.useful_rate import FLOOR, CycleSample, UsefulRate, update
 from runtime.progress_listener import ProgressListener
 from workloads.model import ProgressMode, Subtask
 
@@ -27,14 +36,23 @@ Key = tuple[str, int]
 
 
 class _Tracked:
-    """One subtask's reported progress and the key it reports with (None: it has none)."""
+    """One subtask's reported progress and the key it reports with (None: it has none);
+    its useful-rate estimate (rates in cores), the ``wait_s`` and time it had reported at
+    the last boundary it was estimated, and the useful cap in force (Mcycles/s; None:
+    none)."""
 
-    __slots__ = ("subtask", "progress", "token")
+    __slots__ = ("subtask", "progress", "token", "useful", "wait_seen", "t_seen", "cap",
+                 "speed")
 
     def __init__(self, subtask: Subtask, progress: ReportedProgress, token: str | None) -> None:
         self.subtask = subtask
         self.progress = progress
         self.token = token
+        self.useful = UsefulRate()
+        self.wait_seen = progress.wait_s
+        self.t_seen = progress.t
+        self.cap: float | None = None
+        self.speed = 0.0  # the node's Mcycles/s per core, once estimated
 
 
 class NodeProgress:
@@ -144,6 +162,43 @@ class NodeProgress:
             measured[key] = reported_work(target, scheduler.virtual_time(key),
                                           s.expected_rate)
 
+    def useful_caps(self, cycles: Mapping[Key, CycleUsage], scheduler: LocalScheduler,
+                    speed_mhz: float) -> dict[Key, float]:
+        """Each member's useful-rate estimate moved on by the cycle it just ended
+        (``cycles``: its executor's figures), and the useful caps (Mcycles/s) for the
+        scheduler: for the members of ``progress: reported`` jobs that wait, where the
+        scheduler applies them (:attr:`LocalScheduler.applies_useful_caps`). A member
+        inside a wait that has not ended and that reported none ending since the last
+        boundary gives no figure this cycle (its wait is not counted yet); it keeps its
+        cap."""
+        caps: dict[Key, float] = {}
+        paced = scheduler.applies_useful_caps
+        for key, usage in cycles.items():
+            t = self._tracked.get(key)
+            spec = t.subtask.progress if t is not None else None
+            live = scheduler.get(key)
+            if t is None or spec is None or spec.mode is not ProgressMode.REPORTED \
+                    or live is None or speed_mhz <= 0:
+                continue
+            p = t.progress
+            waited = max(0.0, p.wait_s - t.wait_seen)
+            if not (waited == 0.0 and p.waiting):
+                advanced = None
+                if p.t is not None and t.t_seen is not None:
+                    advanced = max(0.0, p.t - t.t_seen)
+                t.wait_seen, t.t_seen = p.wait_s, p.t
+                floor = FLOOR * live.expected_rate / speed_mhz
+                if floor > 0:
+                    sample = CycleSample(usage.cpu_s, usage.granted_share * usage.wall_s,
+                                         usage.wall_s, waited, advanced)
+                    t.useful = update(t.useful, sample, floor)
+                    t.speed = speed_mhz
+            cap = t.useful.cap
+            t.cap = cap * speed_mhz if cap is not None and paced else None
+            if t.cap is not None:
+                caps[key] = t.cap
+        return caps
+
     def fields(self, subtask: Subtask, live: bool, now: float | None) -> dict[str, Any]:
         """A subtask's reported progress as its report's fields (none: it has none);
         ``live``: it runs; ``now``: the last boundary (None: none yet)."""
@@ -161,7 +216,18 @@ class NodeProgress:
             "progress_reports": p.reports, "progress_dropped": dict(p.dropped),
             "wait_s": p.wait_s, "waiting": p.waiting and live,
             "stalled": live and spec is not None and p.stalled(now, spec.stall_after),
+            **self._useful_fields(t, live),
         }
+
+    @staticmethod
+    def _useful_fields(t: _Tracked, live: bool) -> dict[str, Any]:
+        """Its useful-rate estimate (Mcycles/s) and wait fraction, and the useful cap in
+        force (Mcycles/s); none before its first estimate."""
+        u = t.useful
+        if u.useful_rate is None or not live:
+            return {}
+        return {"useful_rate": u.useful_rate * t.speed, "wait_fraction": u.wait_fraction,
+                "useful_cap": t.cap}
 
     # ----------------------------------------------------------------- checkpoint
     def checkpoint_entry(self, key: Key) -> dict[str, Any] | None:

@@ -58,6 +58,7 @@ recorder itself was SIGKILLed) it fails, and the reason says the status was lost
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import queue
 import secrets
@@ -95,6 +96,11 @@ MAX_CATCH_UP = 1000
 #: Finished subtasks kept for ``status`` after they left the node.
 HISTORY = 2000
 _ENDED = (ExecutorState.FINISHED, ExecutorState.CANCELLED)
+#: SIGTERM-to-SIGKILL grace (s) of a fenced subtask's processes: short, since the same
+#: job may start elsewhere soon (within ``runtime.lease.LEASE_MARGIN_S``).
+FENCE_GRACE_S = 0.5
+
+log = logging.getLogger("coalloc.runtime")
 
 
 class ReportSink(Protocol):
@@ -129,7 +135,7 @@ class SubtaskProcess(Protocol):
     def step(self) -> float | None: ...
     def end_cycle(self) -> CycleUsage: ...
     def checkpoint(self) -> ExecutorRecord: ...
-    def close(self) -> None: ...
+    def close(self, grace_s: float | None = None) -> None: ...
 
 
 #: ``process_factory(argv, speed_mhz, output, env)``: a process subtask's executor, not
@@ -253,6 +259,13 @@ class NodeRuntime:
         }
         self.counters["checkpoint_errors"] = 0
         self.counters["restored_subtasks"] = 0
+        #: Subtasks this node stopped because it held no lease (``runtime.lease``).
+        self.counters["fenced"] = 0
+        #: Why the node holds no lease (None: it holds one): it starts nothing meanwhile.
+        self.unleased: str | None = None
+        #: Monotonic real s its lease counts from (its owner's; None: no lease kept),
+        #: checkpointed with subtasks so that a restarted manager holds it no longer.
+        self.lease_confirmed_at: float | None = None
         #: The reported-progress receiving (its counters are in ``counters``).
         self.progress = NodeProgress(self.counters)
         self.running = False
@@ -321,6 +334,8 @@ class NodeRuntime:
             }
             if self.progress.address is not None:
                 state["progress_address"] = self.progress.address
+            if subtasks and self.lease_confirmed_at is not None:
+                state["lease_confirmed_at"] = self.lease_confirmed_at
             return state
 
     def write_checkpoint(self) -> None:
@@ -411,6 +426,35 @@ class NodeRuntime:
                 self._drain_actions(self._last_boundary or 0.0, immediate_only=True)
                 self._retire_ended()
         return done.wait(timeout)
+
+    def fence(self, why: str, timeout: float | None = 10.0) -> bool:
+        """The node holds no lease (``why``): stop every subtask on it (kill its
+        processes with their process group; a synthetic subtask stops), each ``fenced``
+        with one log line, and start none until :meth:`leased`. Blocks until applied (or
+        ``timeout`` real s); True when the loop has applied it."""
+        with self._lock:
+            self.unleased = why
+        done = threading.Event()
+        self._actions.put(("fence", why, done))
+        self._kick.set()
+        if not self.running:
+            with self._lock:
+                self._drain_actions(self._last_boundary or 0.0, immediate_only=True)
+                self._retire_ended()
+        return done.wait(timeout)
+
+    def leased(self) -> None:
+        """The node holds its lease again: it may start subtasks."""
+        with self._lock:
+            self.unleased = None
+
+    def rejoin(self) -> int:
+        """Take a new incarnation (the global manager declared the old one lost): every
+        report from now on carries it. Returns it."""
+        with self._lock:
+            self.incarnation = new_incarnation()
+            self.scheduler.incarnation = self.incarnation
+            return self.incarnation
 
     def stop(self) -> None:
         """Ask the loop to end; it kills every process it started before returning."""
@@ -539,7 +583,7 @@ class NodeRuntime:
         """Everything that happens at boundary ``b`` (model s); see the module docstring."""
         with self._lock:
             self._apply_commands()
-            usage = self._end_process_cycles()
+            usage, cycles = self._end_process_cycles()
             last = self._last_boundary
             if last is not None:
                 # Placements that arrived after their boundary join the cycle ending at b.
@@ -551,6 +595,9 @@ class NodeRuntime:
                 # A process subtask's work is what it measured (0 when it did not run).
                 measured = {key: usage.get(key, 0.0) for key in self._procs}
                 self.progress.reported_measure(measured, self.scheduler)
+                # Coupled members that wait are held near their useful rate (pace control).
+                self.scheduler.set_useful_caps(
+                    self.progress.useful_caps(cycles, self.scheduler, self.node.speed_mhz))
                 result = self.scheduler.step(
                     b, b - last if last is not None else self.q, measured
                 )
@@ -594,15 +641,19 @@ class NodeRuntime:
         self.counters["commands_applied"] += counts.applied
         self.counters["commands_unknown"] += counts.unknown
 
-    def _end_process_cycles(self) -> dict[tuple[str, int], float]:
-        """Close every process subtask's cycle; measured model Mcycles per subtask."""
+    def _end_process_cycles(
+        self,
+    ) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], CycleUsage]]:
+        """Close every process subtask's cycle; measured model Mcycles per subtask, and
+        each one's cycle as its executor saw it."""
         measured: dict[tuple[str, int], float] = {}
+        cycles: dict[tuple[str, int], CycleUsage] = {}
         scale = self.config.time_scale
         for key, run in self._procs.items():
             if not run.in_cycle:
                 continue
             assert run.executor is not None  # in a cycle: it was started
-            usage = run.executor.end_cycle()
+            usage = cycles[key] = run.executor.end_cycle()
             run.in_cycle = False
             run.next_at = None
             # CPU-seconds of real time at the node's speed, in model time.
@@ -611,7 +662,7 @@ class NodeRuntime:
             measured[key] = m
             if usage.exit_code is not None or usage.state in _ENDED:
                 run.exited = True
-        return measured
+        return measured, cycles
 
     def _account(self, result: CycleResult, b: float) -> None:
         self._last_grants = {(g.job_id, g.subtask): g.granted_work for g in result.grants}
@@ -702,6 +753,8 @@ class NodeRuntime:
             kind, arg, done = action
             if kind == "cancel":
                 self._cancel(arg, b)
+            elif kind == "fence":
+                self._fence(arg, b)
             elif kind == "add":
                 subtasks, start = arg
                 self._pending.setdefault(start, []).extend(subtasks)
@@ -739,6 +792,9 @@ class NodeRuntime:
         if rec is None or rec.state is not SubtaskPhase.PENDING:
             return  # cancelled while pending
         rec.start = b
+        if self.unleased is not None:
+            self._fence_one(rec, None, self.unleased, b)
+            return
         if rec.kind is ExecutorKind.PROCESS:
             assert s.command is not None
             out = None
@@ -783,6 +839,38 @@ class NodeRuntime:
             self._pending[start] = [s for s in subs if s.job_id != job_id]
             if not self._pending[start]:
                 del self._pending[start]
+
+    def _fence(self, why: str, b: float) -> None:
+        """Stop every subtask on the node, ``fenced`` (see :meth:`fence`)."""
+        for key, rec in list(self._records.items()):
+            if rec.state not in (SubtaskPhase.PENDING, SubtaskPhase.RUNNING):
+                continue
+            run = self._procs.pop(key, None)
+            self._remove(key)
+            self._fence_one(rec, run, why, b)
+        self._pending.clear()
+
+    def _fence_one(self, rec: _Record, run: _ProcessRun | None, why: str, b: float) -> None:
+        """Fence one subtask: kill its processes (a short grace), mark it, log one line,
+        tell the owner."""
+        key = rec.subtask.key
+        pid = None
+        self.progress.close(key)
+        if run is not None:
+            rec.measured = run.measured
+            if run.executor is not None:
+                pid = run.executor.pid
+                run.executor.close(grace_s=FENCE_GRACE_S)
+                rec.exit_code = run.executor.exit_code
+        rec.state, rec.finish = SubtaskPhase.FENCED, b
+        rec.reason = f"fenced: {why}"
+        self.counters["fenced"] += 1
+        what = f"process group of pid {pid} killed" if pid is not None else (
+            "its command stopped" if rec.kind is ExecutorKind.PROCESS else "synthetic work stopped")
+        log.warning("node %s: fenced subtask %s[%d] (%s): %s", self.node.name, key[0], key[1],
+                    what, why)
+        self.on_finish(SubtaskOutcome(key[0], key[1], self.node.name, rec.state, b,
+                                      rec.exit_code, rec.reason))
 
     def _send(self, report: ProgressReport) -> None:
         if self.reports.send(report):

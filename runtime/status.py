@@ -82,7 +82,10 @@ class SubtaskRecord(Document):
     ``reported_fraction`` (then its ``progress``), ``reported_rate``,
     ``progress_reports``, ``progress_dropped`` (by reason), ``wait_s``, ``waiting`` and
     ``stalled`` (no report within the job's ``stall_after``, or a reported rate far
-    below its partners')."""
+    below its partners'); one of a ``progress: reported`` job that reports its waits
+    also ``useful_rate`` (Mcycles/s it uses outside its waits, smoothed),
+    ``wait_fraction`` (0..1, smoothed) and ``useful_cap`` (Mcycles/s its node holds it
+    to under pace control; None: none)."""
 
     index: int
     node: str
@@ -114,6 +117,9 @@ class SubtaskRecord(Document):
     wait_s: Number | None = None
     waiting: bool | None = None
     stalled: bool | None = None
+    useful_rate: Number | None = None
+    wait_fraction: Number | None = None
+    useful_cap: Number | None = None
 
 
 class JobPrivate(Document):

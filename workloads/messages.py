@@ -107,6 +107,9 @@ class SubtaskPhase(str, Enum):
     FINISHED = "finished"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    #: Stopped by its node, which could no longer renew its lease (``runtime.lease``):
+    #: its global manager may have declared the node lost and started it elsewhere.
+    FENCED = "fenced"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +128,8 @@ class SubtaskOutcome:
 
 #: The fields of a :class:`SubtaskReport` that its application's reported progress sets.
 PROGRESS_FIELDS = ("reported_time", "reported_end", "reported_fraction", "reported_rate",
-                   "progress_reports", "progress_dropped", "wait_s", "waiting", "stalled")
+                   "progress_reports", "progress_dropped", "wait_s", "waiting", "stalled",
+                   "useful_rate", "wait_fraction", "useful_cap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +150,11 @@ class SubtaskReport:
     ``reported_fraction`` (0..1), ``reported_rate`` (fraction per model s since its
     start), ``progress_reports`` accepted and ``progress_dropped`` by reason, ``wait_s``
     (s it spent waiting at exchanges) and ``waiting``; ``stalled`` (``progress:
-    reported`` with ``stall_after``: no report for that long)."""
+    reported`` with ``stall_after``: no report for that long). Of a ``progress:
+    reported`` member that reports its waits: ``useful_rate`` (Mcycles/s it uses outside
+    its waits, smoothed), ``wait_fraction`` (0..1, smoothed) and ``useful_cap``
+    (Mcycles/s its node holds it to under pace control; None: none;
+    :mod:`local_manager.useful_rate`)."""
 
     run_id: str
     index: int
@@ -171,6 +179,9 @@ class SubtaskReport:
     wait_s: float | None = None
     waiting: bool | None = None
     stalled: bool | None = None
+    useful_rate: float | None = None
+    wait_fraction: float | None = None
+    useful_cap: float | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -178,7 +189,7 @@ class SubtaskReport:
 
     @property
     def ended(self) -> bool:
-        return self.state in (SubtaskPhase.FINISHED, SubtaskPhase.FAILED)
+        return self.state in (SubtaskPhase.FINISHED, SubtaskPhase.FAILED, SubtaskPhase.FENCED)
 
     @property
     def live(self) -> bool:

@@ -140,6 +140,11 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             if value is not None
         }
         core = runtime_core(queue=getattr(args, "queue", "wait"), **optional)
+        lease = 0.0  # RuntimeConfig's default: 2/3 of the node-loss window
+        if getattr(args, "lease", None) is not None:
+            from coalloc.flags import seconds_flag
+
+            lease = seconds_flag("--lease", args.lease)
         keep_finished = 86400.0  # 1d, as RuntimeConfig; coalloc up's --keep-finished
         if getattr(args, "keep_finished", None) is not None:
             from coalloc.flags import duration_flag
@@ -159,6 +164,8 @@ def config_from_args(args: argparse.Namespace, log_path: str = "") -> Any:
             placement=getattr(args, "placement", "backfill"),
             node_timeout=getattr(args, "node_timeout", 50),
             keep_finished_s=keep_finished,
+            lease_s=lease,
         )
     except ValueError as exc:
-        raise UserError(str(exc).replace("servers[", "--ntp-server[")) from None
+        msg = str(exc).replace("servers[", "--ntp-server[")
+        raise UserError("--" + msg if msg.startswith("lease: ") else msg) from None

@@ -55,6 +55,13 @@ def register(subparsers: Any) -> None:
         help="how long a finished job stays in status and the job table before it moves "
         "to the archive (coalloc status --all): e.g. 1d, 6h, 30m, 90s (default 1d)",
     )
+    parser.add_argument(
+        "--lease", default=None, metavar="S",
+        help="real seconds a local manager's lease lasts after its last renewal the global "
+        "manager granted; a node that cannot renew for a whole lease stops (fences) its "
+        "subtasks. Must be shorter than the node-loss window (--node-timeout cycles); "
+        "default 2/3 of it (10 s at the defaults)",
+    )
     add_runtime_args(parser, nodes_default=None)
     parser.set_defaults(handler=run_up)
 

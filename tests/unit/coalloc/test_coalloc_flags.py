@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from coalloc.errors import UserError
@@ -59,3 +61,18 @@ def test_up_refuses_a_bad_keep_finished_in_one_line_before_starting_anything(
     code, out, err = run_cli(capsys, "up", "--keep-finished", "2x")
     assert code == 2 and not out
     assert err.strip().count("\n") == 0 and "--keep-finished: '2x' is not a duration" in err
+
+
+@pytest.mark.parametrize("argv,why", [
+    (["--lease", "20"], r"--lease: must be shorter than the node-loss window \(50 cycles x "
+                        r"0\.3 s = 15 s, --node-timeout at time scale 100\), got 20 s"),
+    (["--lease", "5", "--node-timeout", "15"], r"--lease: must be shorter .* = 4\.5 s.*got 5 s"),
+    (["--lease", "-1"], r"--lease: must be a finite number of seconds > 0, got -1"),
+    (["--lease", "ten"], r"--lease: 'ten' is not a number of seconds"),
+])
+def test_up_refuses_a_lease_not_shorter_than_the_loss_window_in_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], why: str,
+) -> None:
+    code, out, err = run_cli(capsys, "up", *argv)
+    assert code == 2 and not out
+    assert err.strip().count("\n") == 0 and re.search(why, err), err

@@ -595,6 +595,47 @@ def test_a_rate_cap_holds_a_subtask_and_its_neighbour_gets_the_rest() -> None:
     assert rep.available_work == pytest.approx(250.0)
 
 
+def _useful(on: bool, mode: VirtualSubtaskMode = VirtualSubtaskMode.PACED) -> LocalScheduler:
+    """A work-conserving node (the live default) with a strict member and a best-effort
+    burner."""
+    s = LocalScheduler(
+        Node("n", 1000.0),
+        LocalSchedulerConfig(virtual_mode=mode, useful_caps=on),
+    )
+    s.add(sub("s", QosClass.STRICT), 0.0)
+    s.add(sub("b", QosClass.BEST_EFFORT), 0.0)
+    return s
+
+
+def test_a_useful_cap_holds_a_member_and_best_effort_work_gets_the_rest() -> None:
+    s = _useful(True)
+    s.set_useful_caps({("s", 0): 120.0})
+    r = s.step(1.0, 1.0)
+    assert (granted(r, "s"), granted(r, "b")) == pytest.approx((120.0, 880.0))
+    (rep,) = [x for x in r.reports if x.job_id == "s"]
+    assert rep.available_work == pytest.approx(1000 * 0.5 / 0.7)  # every cap lifted
+    # The lower of the useful cap and the controller's rate cap holds.
+    s.set_weights(("s", 0), 100.0, 0.0, rate_cap=80.0)
+    assert granted(s.step(2.0, 1.0), "s") == pytest.approx(80.0)
+    s.set_useful_caps(None)
+    assert granted(s.step(3.0, 1.0), "s") == pytest.approx(80.0)
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="useful cap"):
+            s.set_useful_caps({("s", 0): bad})
+
+
+@pytest.mark.parametrize(
+    ("on", "mode"), [(False, VirtualSubtaskMode.PACED), (True, VirtualSubtaskMode.IDLE)]
+)
+def test_useful_caps_apply_only_under_pace_control_when_asked(
+    on: bool, mode: VirtualSubtaskMode
+) -> None:
+    s = _useful(on, mode)
+    s.set_useful_caps({("s", 0): 120.0})
+    assert not s.applies_useful_caps
+    assert granted(s.step(1.0, 1.0), "s") == pytest.approx(1000 * 0.5 / 0.7)
+
+
 def test_what_a_cap_leaves_is_lent_to_best_effort_and_local_work() -> None:
     s = _paced(
         sub("s", QosClass.STRICT),

@@ -1,5 +1,6 @@
 """A coupled member's useful rate and its cap (local_manager.useful_rate): the useful CPU
-of a cycle, smoothing, the headroom, the floor and the probe up."""
+of a cycle, smoothing, the headroom, the need from the best pace, the floor, the probe
+up and the guard against a cap that slows the member."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from hypothesis import strategies as st
 from local_manager.useful_rate import (
     HEADROOM,
     PROBE,
+    RELAX,
+    SLOWED_CYCLES,
+    SLOWER,
     WAITING,
     CycleSample,
     UsefulRate,
@@ -77,6 +81,42 @@ def test_the_cap_probes_up_when_the_member_stops_waiting() -> None:
     assert all(b.cap >= a.cap for a, b in zip(states, states[1:-1]))  # type: ignore[operator]
 
 
+def test_the_need_is_the_cost_of_a_step_at_the_best_pace() -> None:
+    # 10 steps a cycle, 0.01 s of useful CPU each (a third of a core), waiting 2/3.
+    steady = CycleSample(0.3, 0.3, 0.3, 0.2, progress=10.0)
+    [*_, state] = run([steady] * 3)
+    assert state.cost == pytest.approx(0.01) and state.pace == pytest.approx(10 / 0.3)
+    assert state.need == pytest.approx(1 / 3)
+    assert state.cap == pytest.approx(HEADROOM / 3)
+    # Its partners slow down (8 steps a cycle; it waits more): a step costs the same, the
+    # need stays that of the best pace, and the cap does not follow the fall.
+    slower = CycleSample(0.3, 0.3, 0.3, 0.22, progress=8.0)
+    after = update(state, slower, FLOOR)
+    assert after.cost == pytest.approx(0.01) and after.reference == state.reference
+    assert after.useful_rate < state.useful_rate  # type: ignore[operator]
+    assert after.cap == pytest.approx(state.cap)
+
+
+def test_a_cap_that_slows_the_member_is_raised_then_relaxes() -> None:
+    [*_, capped] = run([CycleSample(0.3, 0.3, 0.3, 0.2, progress=10.0)] * 3)
+    assert capped.cap is not None
+    # Held at its cap it is stopped when its partners' messages come: its pace halves.
+    slowed = CycleSample(0.05, 0.05, 0.3, 0.15, progress=5.0)
+    states = [capped]
+    while states[-1].safe == 0.0:
+        states.append(update(states[-1], slowed, FLOOR))
+    assert len(states) - 1 >= SLOWED_CYCLES
+    fired = states[-1]
+    assert fired.safe == pytest.approx(PROBE * states[-2].cap)  # type: ignore[operator]
+    assert fired.cap is not None and fired.cap >= fired.safe
+    # One slow cycle is not enough to fire it (the noise of a busy host).
+    assert update(capped, slowed, FLOOR).safe == 0.0
+    assert (1 - SLOWER) * capped.reference > 5.0 / 0.3  # type: ignore[operator]
+    # Its pace back, the safe cap relaxes a cycle at a time.
+    again = update(fired, CycleSample(0.3, 0.3, 0.3, 0.2, progress=10.0), FLOOR)
+    assert again.safe == pytest.approx(RELAX * fired.safe)
+
+
 def test_the_floor_holds_and_must_be_positive() -> None:
     [state] = run([CycleSample(0.3, 0.3, 0.3, 0.3)], floor=0.25)
     assert state.useful_rate == 0.0
@@ -89,8 +129,8 @@ def test_the_floor_holds_and_must_be_positive() -> None:
 def test_a_cycle_of_no_length_changes_nothing_and_bad_figures_are_refused() -> None:
     state = run([CycleSample(0.3, 0.3, 0.3, 0.15)])[0]
     assert update(state, CycleSample(0.0, 0.0, 0.0, 0.0), FLOOR) is state
-    for field in ("used_s", "granted_s", "wall_s", "waited_s"):
-        values = {"used_s": 0.1, "granted_s": 0.1, "wall_s": 0.3, "waited_s": 0.0}
+    for field in ("used_s", "granted_s", "wall_s", "waited_s", "progress"):
+        values = {"used_s": 0.1, "granted_s": 0.1, "wall_s": 0.3, "waited_s": 0.0, "progress": 1.0}
         for bad in (-0.1, float("nan"), float("inf")):
             with pytest.raises(ValueError, match=field):
                 CycleSample(**{**values, field: bad})
@@ -108,7 +148,8 @@ def samples(draw: st.DrawFn, waiting: bool = True) -> CycleSample:
     granted = draw(fractions) * wall * 4  # up to four cores
     used = draw(fractions) * granted * 1.2  # a little more than granted, at times
     waited = draw(fractions) * wall * 1.1 if waiting else 0.0  # reports lag: > wall at times
-    return CycleSample(used, granted, wall, waited)
+    progress = draw(st.none() | st.floats(min_value=0.0, max_value=100.0, allow_nan=False))
+    return CycleSample(used, granted, wall, waited, progress)
 
 
 @given(st.lists(samples(waiting=False), min_size=1, max_size=30))

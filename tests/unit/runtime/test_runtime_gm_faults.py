@@ -15,6 +15,7 @@ import pytest
 
 from runtime.config import RuntimeConfig, runtime_core
 from runtime.global_service import GlobalService
+from runtime.lease import Answer
 from tests.unit.runtime.test_runtime_wiring import NODES, Loopback, strict
 from workloads.messages import SubtaskOutcome, SubtaskPhase
 from workloads.model import EndPolicy, JobPhase, JobSpec, QosClass, SubtaskSpec
@@ -70,7 +71,10 @@ class Grid:
         self.loop = Loopback(NODES, cfg, tmp_path / "phase.jsonl")
         self.dispatch = Faulty(self.loop.gm.dispatch)
         self.journal = tmp_path / "gm.json"
-        self.gm = GlobalService(NODES, cfg, self.loop.clock, self.dispatch, self.journal)
+        # The leases' real clock: model time at the configuration's time scale.
+        self.monotonic = lambda: self.loop.manual.now() / cfg.time_scale
+        self.gm = GlobalService(NODES, cfg, self.loop.clock, self.dispatch, self.journal,
+                                monotonic=self.monotonic)
         self.loop.gm = self.gm
         self.silent: set[str] = set()
         self.restarting: set[str] = set()  # nodes whose manager Ray is restarting
@@ -90,6 +94,7 @@ class Grid:
             self.gm.place_pending()
             for name, node in self.loop.nodes.items():
                 if name not in self.silent:
+                    self.renew(name)
                     self.gm.node_answered(name, True)
                     seen = node.report(self.gm.running_subtasks(name).get(name, [])).subtasks
                     self.gm.reconcile(name, seen)
@@ -97,6 +102,16 @@ class Grid:
                         node.cancel_job(run)
             self.gm.check_nodes(restarting=self.restarting)
             self.k += 1
+
+    def renew(self, name: str) -> None:
+        """Node ``name`` renews its lease; told it was lost, it fences, takes a new
+        incarnation and renews under it (what its actor's lease thread does)."""
+        node = self.loop.nodes[name]
+        if self.gm.renew_lease(name, node.incarnation) is Answer.LOST:
+            node.fence("the global manager declared this node lost", timeout=1.0)
+            node.rejoin()
+            assert self.gm.renew_lease(name, node.incarnation) is Answer.REJOINED
+            node.leased()
 
     def run_until(self, done: Any, limit: int = 5000) -> None:
         for _ in range(limit):

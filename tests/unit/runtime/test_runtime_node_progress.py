@@ -1,7 +1,8 @@
 """Reported progress on a node (NodeRuntime without Ray, a fake executor, the real UDP
 progress socket): the reported time drives the virtual clock under ``progress:
 reported``, CPU time does under ``cpu``; bad datagrams are dropped and counted while the
-subtask runs on; a silent member shows as stalled."""
+subtask runs on; a silent member shows as stalled; a member that spins in its waits is
+held near its useful rate under pace control."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from clocks.base import ManualClock
 from coallocator.messages import ProgressReport
 from local_manager.executor_records import CycleUsage, ExecutorState, LimitMode
 from local_manager.progress_wire import ADDR_ENV, KEY_ENV, encode, parse_addr
+from local_manager.useful_rate import HEADROOM
 from runtime.config import RuntimeConfig, runtime_core
 from runtime.node_runtime import NodeRuntime
 from runtime.timebase import ModelClock, TimeBase
@@ -59,7 +61,7 @@ class Burner:
 
         return Record()
 
-    def close(self) -> None: ...
+    def close(self, grace_s: float | None = None) -> None: ...
 
 
 class Sink:
@@ -71,10 +73,11 @@ class Sink:
         return True
 
 
-def make(envs: list[tuple[tuple[str, str], ...]] | None = None) -> NodeRuntime:
+def make(envs: list[tuple[tuple[str, str], ...]] | None = None,
+         policy: str = "sq") -> NodeRuntime:
     """A node whose process subtasks are burners; ``envs``: each one's environment."""
     clock = ModelClock(ManualClock(0.0), TimeBase(0.0, 100.0))
-    config = RuntimeConfig(runtime_core(cycle=Q), time_scale=100.0)
+    config = RuntimeConfig(runtime_core(cycle=Q), time_scale=100.0, policy=policy)
 
     def factory(argv: tuple[str, ...], speed: float, out: Path | None,
                 env: tuple[tuple[str, str], ...] = ()) -> Burner:
@@ -231,3 +234,78 @@ def test_a_restarted_manager_keeps_the_reports_and_the_address(tmp_path: Path) -
         assert d["progress_reports"] == 2 and d["progress_dropped"] == {"backwards": 1}
     finally:
         again._close_all()
+
+
+def spin(rt: NodeRuntime, env: dict[str, str], need: float, cycles: int) -> list[float]:
+    """Play a member that needs ``need`` of a core and spins the rest of its share in its
+    waits, reporting them, for ``cycles`` boundaries; its share in each cycle."""
+    run = rt._procs[("j", 0)]
+    wall = rt.config.real_cycle
+    waited, shares = 0.0, []
+    for k in range(1, cycles + 1):
+        shares.append(run.share)
+        waited += wall * max(0.0, 1.0 - need / run.share)
+        send(env, encode(env[KEY_ENV], float(k), 100.0, waited, False))
+        rt.tick(k * Q)
+    return shares
+
+
+def test_a_spinning_member_is_held_near_its_useful_rate_under_sq_useful() -> None:
+    node = make(policy="sq_useful")
+    try:
+        _held_near_its_useful_rate(node)
+    finally:
+        node._close_all()
+
+
+def _held_near_its_useful_rate(node: NodeRuntime) -> None:
+    env = start(node, ProgressSpec(ProgressMode.REPORTED, end=100.0))
+    # Alone on the node it is granted the whole core; it needs 0.2 of it.
+    shares = spin(node, env, 0.2, 12)
+    assert shares[0] == pytest.approx(RATE / 400.0)  # the first cycle: its expected rate
+    assert shares[-1] == pytest.approx(0.2 * HEADROOM, rel=0.05)
+    d = described(node)
+    assert d["useful_rate"] == pytest.approx(0.2 * 400.0, rel=0.05)
+    assert d["useful_cap"] == pytest.approx(0.2 * HEADROOM * 400.0, rel=0.05)
+    assert d["wait_fraction"] == pytest.approx(1.0 - 1.0 / HEADROOM, abs=0.05)
+    (rep,) = node.report().subtasks
+    assert rep.useful_cap == d["useful_cap"]
+    # It stops waiting (it needs the whole core now): its cap probes up and goes.
+    run = node._procs[("j", 0)]
+    for k in range(13, 20):
+        send(env, encode(env[KEY_ENV], float(k), 100.0, rep.wait_s or 0.0, False))
+        node.tick(k * Q)
+    assert described(node)["useful_cap"] is None and run.share == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("policy", ["strict", "sq"])
+def test_elsewhere_the_useful_rate_is_shown_not_applied(policy: str) -> None:
+    rt = make(policy=policy)
+    try:
+        env = start(rt, ProgressSpec(ProgressMode.REPORTED, end=100.0))
+        shares = spin(rt, env, 0.2, 6)
+        assert shares[-1] == pytest.approx(1.0)
+        d = described(rt)
+        assert d["useful_rate"] == pytest.approx(0.2 * 400.0, rel=0.05)
+        assert d["useful_cap"] is None
+    finally:
+        rt._close_all()
+
+
+def test_a_member_that_does_not_wait_is_estimated_and_not_capped(node: NodeRuntime) -> None:
+    env = start(node, ProgressSpec(ProgressMode.REPORTED, end=100.0))
+    for k in range(1, 4):
+        report(env, float(k))
+        node.tick(k * Q)
+    d = described(node)
+    assert d["wait_fraction"] == 0.0 and d["useful_cap"] is None
+    assert d["useful_rate"] == pytest.approx(400.0, rel=0.3)  # it uses what it gets
+    assert node._procs[("j", 0)].share == pytest.approx(1.0)
+
+
+def test_a_cpu_member_gets_no_useful_rate(node: NodeRuntime) -> None:
+    env = start(node, None)
+    for k in range(1, 4):
+        send(env, encode(env[KEY_ENV], float(k), 100.0, 0.1 * k, False))
+        node.tick(k * Q)
+    assert "useful_rate" not in described(node)

@@ -67,7 +67,7 @@ class FakeExecutor:
         return CycleUsage(self._share, self._cycle_s, self._cycle_s, cpu, 0.0,
                           LimitMode.DUTY_CYCLE, state, self.exit_code)
 
-    def close(self) -> None:
+    def close(self, grace_s: float | None = None) -> None:
         self.closed = True
 
 
