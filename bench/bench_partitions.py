@@ -130,6 +130,7 @@ def partitions(cluster: NetnsCluster, dep: Deployment, args: argparse.Namespace,
     for h in cluster.hosts:
         node_of[h.ns] = next(n["name"] for n in st["nodes"] if h.ns in n.get("labels", []))
 
+    started_at = time.time()
     jobs: list[str] = []
     waves = max(1, min(args.partitions, 4))
     per_wave = [args.jobs // waves + (1 if i < args.jobs % waves else 0) for i in range(waves)]
@@ -182,6 +183,7 @@ def partitions(cluster: NetnsCluster, dep: Deployment, args: argparse.Namespace,
         stopped = [t - t_cut for pid, t in last.items() if pid not in still]
         fence = max(stopped) if stopped and not still else None
         cuts.append({"host": host.ns, "node": node, "members": len(running),
+                     "at_s": t_cut - started_at,
                      "held_s": hold, "lost_after_s": lost_after,
                      "members_stopped_after_s": fence, "members_running_at_restore": len(still)})
         say(f"  link back; {len(still)} of its {len(running)} members still ran "
@@ -204,11 +206,25 @@ def partitions(cluster: NetnsCluster, dep: Deployment, args: argparse.Namespace,
     mine = records(recs)
     started = {r["pid"] for r in mine if r["kind"] == "start"}
     stopped_pids = {r["pid"] for r in mine if r["kind"] == "stop"}
+    both = overlaps(mine)
+    detail = []
+    for job, a, b, _ in both:  # who ran when: each member of the two attempts
+        spans: dict[int, list[Any]] = {}
+        for r in mine:
+            if r["job"] == job and r["attempt"] in (a, b):
+                span = spans.setdefault(r["pid"], [r["attempt"], r["subtask"], r["node"],
+                                                    r["t"], r["t"], r["kind"]])
+                span[3], span[4], span[5] = min(span[3], r["t"]), max(span[4], r["t"]), r["kind"]
+        t0 = started_at
+        detail.append({"job": job, "members": [
+            {"attempt": v[0], "subtask": v[1], "node": v[2], "from_s": round(v[3] - t0, 2),
+             "to_s": round(v[4] - t0, 2), "last": v[5]} for v in sorted(spans.values())]})
     return {
+        "overlap_detail": detail,
         "jobs": {j: {"state": s["state"], "attempt": s["attempt"], "reason": s["reason"]}
                  for j, s in sorted(states.items())},
         "unclear": sorted(j for j, s in states.items() if s["state"] not in CLEAR),
-        "overlaps": overlaps(mine),
+        "overlaps": both,
         "orphans": orphans,
         "members_started": len(started),
         "members_without_stop_record": len(started - stopped_pids),
@@ -227,6 +243,10 @@ def print_partitions(res: dict[str, Any]) -> None:
     print(f"overlapping attempts (members' records): {len(res['overlaps'])} (target 0)")
     for job, a, b, both in res["overlaps"]:
         print(f"  {job}: attempts {a} and {b} ran together for {both:.1f} s")
+    for d in res["overlap_detail"]:
+        for m in d["members"]:
+            print(f"    {d['job']} attempt {m['attempt']} member {m['subtask']} on {m['node']}: "
+                  f"{m['from_s']:.1f}-{m['to_s']:.1f} s (last record: {m['last']})")
     print("member processes left per host once every job ended (target 0): "
           + ", ".join(f"{h} {n}" for h, n in res["orphans"].items()))
     print(f"members started {res['members_started']}, without a stop record (killed) "
@@ -235,12 +255,13 @@ def print_partitions(res: dict[str, Any]) -> None:
     fence_ref = f"lease + 1 s = {lease + 1:.1f} s" if lease is not None else "no lease (no fencing)"
     print(f"\nper partition (stall window {window:.1f} s; loss target <= {window + 2:.1f} s; "
           f"fencing target {fence_ref}):")
-    print("  host        members  held s  lost after s  members stopped after s")
+    print("  host        at s  members  held s  lost after s  members stopped after s")
     for c in res["partitions"]:
         lost = f"{c['lost_after_s']:.1f}" if c["lost_after_s"] is not None else "not lost"
         fence = (f"{c['members_stopped_after_s']:.1f}" if c["members_stopped_after_s"] is not None
                  else f"{c['members_running_at_restore']} still ran at restore")
-        print(f"  {c['host']:<10} {c['members']:>8}  {c['held_s']:6.1f}  {lost:>12}  {fence}")
+        print(f"  {c['host']:<10} {c['at_s']:5.1f} {c['members']:>8}  {c['held_s']:6.1f}  "
+              f"{lost:>12}  {fence}")
     lost = [c["lost_after_s"] for c in res["partitions"] if c["lost_after_s"] is not None]
     if lost:
         print(f"loss declared after: max {max(lost):.1f} s, mean {sum(lost) / len(lost):.1f} s "
@@ -371,6 +392,8 @@ def main() -> int:
     ap.add_argument("--short", action="store_true",
                     help="the CI form: 3 hosts, 6 jobs, 2 partitions, 1 delayed round")
     ap.add_argument("--json", default=None, metavar="PATH", help="write the figures here")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the work directory (records, phase log, job files)")
     args = ap.parse_args()
     if args.short:
         args.hosts, args.jobs, args.partitions, args.member_s = 4, 6, 2, 30
@@ -402,7 +425,10 @@ def main() -> int:
         cluster.down()
         if args.json:
             Path(args.json).write_text(json.dumps(out, indent=1))
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

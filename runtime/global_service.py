@@ -583,8 +583,14 @@ class GlobalService:
                     continue
                 node = hit[0].node
                 why = f"node {node} lost ({self.lost[node]})"
-                stops.append(self._end_run(info, why, info.spec.node_loss_policy(), loss=True,
-                                           lost_nodes={s.node for s in hit}))
+                run_id, nodes, reason = self._end_run(
+                    info, why, info.spec.node_loss_policy(), loss=True,
+                    lost_nodes={s.node for s in hit})
+                # Not the lost nodes: they fence the run themselves (their lease), and one
+                # that answers again has it stopped by the reconciliation. A call to one
+                # waits for its whole timeout, and would hold back the stops of the other
+                # nodes (and of the other runs) while the new attempt may start.
+                stops.append((run_id, [n for n in nodes if n not in silence.lost], reason))
             self._persist()
         self._send_stops(stops)
         return list(silence.lost)

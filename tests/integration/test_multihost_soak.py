@@ -35,6 +35,4 @@ def test_the_partition_soak_short_form(tmp_path: Path) -> None:
     assert all(n == 0 for n in part["orphans"].values()), part["orphans"]
     assert delay["nodes_lost"] == 0
     assert delay["completed_delayed"] == delay["jobs_delayed"]
-    if part["overlaps"]:
-        # Fencing (issue 26 section 2; branch fencing) is not on main yet.
-        pytest.xfail(f"attempts overlapped (waits for fencing): {part['overlaps']}")
+    assert part["overlaps"] == []

@@ -188,6 +188,7 @@ def test_a_lost_node_requeues_a_synthetic_gang_whole_from_its_common_progress(
     # Siblings stopped, every budget of the first run released; the lost node skipped.
     stop = [c for c in g.dispatch.cancelled if c[0] == job]
     assert stop and siblings <= set(stop[0][1]) and stop[0][2].startswith("requeued")
+    assert lost not in stop[0][1]  # it cannot be reached: it fences; no call waits on it
     for name in siblings:
         assert all(s["job_id"] != job or s["state"] != "running"
                    for s in g.loop.nodes[name].snapshot()["subtasks"])
