@@ -42,7 +42,7 @@ from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
 from runtime.identity import AdminSeed, Credential, Identity, Refusal, Role, check_submit
 from runtime.journal import journal_files
-from runtime.lease import Answer, LeaseTerms, NodeLease
+from runtime.lease import RENEW_RETRY_S, Answer, LeaseTerms, NodeLease
 from runtime.node_host import HostedNode, node_handle
 from runtime.node_runtime import NodeRuntime
 from runtime.rendezvous import KvAccess
@@ -391,60 +391,77 @@ class LocalManagerActor:
         import ray
 
         out: dict[Any, int] = {}  # renewal call -> its token
+        failing = ""
         while not self._lease_stop.is_set():
-            now = time.monotonic()
-            self.lease.look(now)
-            if out:
-                ready, _ = ray.wait(list(out), num_returns=len(out), timeout=0)
-                for ref in ready:
-                    token = out.pop(ref)
-                    try:
-                        answer: Answer | None = Answer(ray.get(ref, timeout=0))
-                    except Exception as exc:  # noqa: BLE001 - the lease says when it matters
-                        answer = None
-                        self.runtime.counters["lease_failures"] += 1
-                        self._lease_error = f"{type(exc).__name__}: {exc}"[:300]
-                    else:
-                        self.runtime.counters["lease_renewals"] += 1
-                    got = self.lease.answered(token, answer)
-                    if got is Answer.REJOINED:
-                        # A new incarnation of a node declared lost: what it re-attached
-                        # from before (a restart meanwhile) may run elsewhere now.
-                        self.runtime.fence("the global manager had declared this node "
-                                           "lost", timeout=5.0)
-                    elif got is Answer.LOST:
-                        self._rejoin(now)
-                        out.clear()
-                        break
-            for token in self.lease.give_up(now):
-                out = {ref: t for ref, t in out.items() if t != token}
-            self.runtime.lease_confirmed_at = self.lease.confirmed_at
-            if self.lease.held(now):
-                if self.runtime.unleased is not None:
-                    log.warning("node %s: lease renewed; subtasks may start again",
-                                self.node.name)
-                    self.runtime.leased()
-            elif self.runtime.unleased is None and self.lease.must_fence(now):
-                since = now - self.lease.confirmed_at
-                self.runtime.fence(
-                    f"no lease: the last renewal the global manager granted was sent "
-                    f"{since:.1f} s ago (lease {self.lease.terms.lease_s:g} s)", timeout=5.0)
-            if self.lease.due(now):
-                token = self.lease.send(now)
-                try:
-                    ref = self._global().renew_lease.remote(
-                        self.node.name, self.runtime.incarnation)
-                    out[ref] = token
-                except Exception as exc:  # noqa: BLE001 - no global manager: retried soon
-                    self._gm = None
-                    self.lease.answered(token, None)
-                    self.runtime.counters["lease_failures"] += 1
-                    self._lease_error = f"{type(exc).__name__}: {exc}"[:300]
-            wait = max(0.0, self.lease.next_look(now) - time.monotonic())
+            try:
+                wait = self._lease_round(out)
+                failing = ""
+            except Exception as exc:  # noqa: BLE001 - the lease thread must not die
+                why = f"{type(exc).__name__}: {exc}"
+                if why != failing:
+                    log.exception("node %s: lease round failed", self.node.name)
+                failing, wait = why, RENEW_RETRY_S
             if out:
                 ray.wait(list(out), num_returns=1, timeout=wait)
             else:
                 self._lease_stop.wait(wait)
+
+    def _lease_round(self, out: dict[Any, int]) -> float:
+        """One look at the lease (see :meth:`_lease_loop`): take the answers in, fence or
+        lift the fence, send a renewal if one is due; ``out`` (renewal call -> its token)
+        is updated in place. Returns the real s to the next look."""
+        import ray
+
+        now = time.monotonic()
+        self.lease.look(now)
+        if out:
+            ready, _ = ray.wait(list(out), num_returns=len(out), timeout=0)
+            for ref in ready:
+                token = out.pop(ref)
+                try:
+                    answer: Answer | None = Answer(ray.get(ref, timeout=0))
+                except Exception as exc:  # noqa: BLE001 - the lease says when it matters
+                    answer = None
+                    self.runtime.counters["lease_failures"] += 1
+                    self._lease_error = f"{type(exc).__name__}: {exc}"[:300]
+                else:
+                    self.runtime.counters["lease_renewals"] += 1
+                got = self.lease.answered(token, answer)
+                if got is Answer.REJOINED:
+                    # A new incarnation of a node declared lost: what it re-attached
+                    # from before (a restart meanwhile) may run elsewhere now.
+                    self.runtime.fence("the global manager had declared this node "
+                                       "lost", timeout=5.0)
+                elif got is Answer.LOST:
+                    self._rejoin(now)
+                    out.clear()
+                    break
+        given_up = set(self.lease.give_up(now))
+        for ref in [r for r, t in out.items() if t in given_up]:
+            del out[ref]
+        self.runtime.lease_confirmed_at = self.lease.confirmed_at
+        if self.lease.held(now):
+            if self.runtime.unleased is not None:
+                log.warning("node %s: lease renewed; subtasks may start again",
+                            self.node.name)
+                self.runtime.leased()
+        elif self.runtime.unleased is None and self.lease.must_fence(now):
+            since = now - self.lease.confirmed_at
+            self.runtime.fence(
+                f"no lease: the last renewal the global manager granted was sent "
+                f"{since:.1f} s ago (lease {self.lease.terms.lease_s:g} s)", timeout=5.0)
+        if self.lease.due(now):
+            token = self.lease.send(now)
+            try:
+                ref = self._global().renew_lease.remote(
+                    self.node.name, self.runtime.incarnation)
+                out[ref] = token
+            except Exception as exc:  # noqa: BLE001 - no global manager: retried soon
+                self._gm = None
+                self.lease.answered(token, None)
+                self.runtime.counters["lease_failures"] += 1
+                self._lease_error = f"{type(exc).__name__}: {exc}"[:300]
+        return max(0.0, self.lease.next_look(now) - time.monotonic())
 
     def _rejoin(self, now: float) -> None:
         """The global manager declared this node lost: fence what still runs, take a new

@@ -160,10 +160,11 @@ def prometheus(insecure: Any) -> Any:
 
 
 #: Dashboard queries that have no series in this test: a counter Ray exports only once it
-#: has been incremented (no local manager's send queue fills up here, and no subtask here
-#: reports its own progress).
+#: has been incremented (no local manager's send queue fills up here, no subtask here
+#: reports its own progress, and no node fences one).
 EMPTY_IN_TEST = {"ray_coalloc_node_reports_send_dropped_total",
-                 "ray_coalloc_progress_reports_total", "ray_coalloc_progress_dropped_total"}
+                 "ray_coalloc_progress_reports_total", "ray_coalloc_progress_dropped_total",
+                 "ray_coalloc_node_fenced_subtasks_total"}
 
 
 def test_prometheus_sees_phase_difference_reports_drops_queue_and_nodes(
