@@ -176,7 +176,7 @@ def partitions(cluster: NetnsCluster, dep: Deployment, args: argparse.Namespace,
         cluster.restore(host)
         # The cut host's members: when each made its last record (or is still running).
         still = [m.pid for m in members_on(cluster, host) if m.pid in running]
-        last = {}
+        last: dict[int, float] = {}
         for r in records(recs):
             if r["pid"] in running:
                 last[r["pid"]] = max(last.get(r["pid"], 0.0), r["t"])
@@ -257,11 +257,11 @@ def print_partitions(res: dict[str, Any]) -> None:
           f"fencing target {fence_ref}):")
     print("  host        at s  members  held s  lost after s  members stopped after s")
     for c in res["partitions"]:
-        lost = f"{c['lost_after_s']:.1f}" if c["lost_after_s"] is not None else "not lost"
+        lost_s = f"{c['lost_after_s']:.1f}" if c["lost_after_s"] is not None else "not lost"
         fence = (f"{c['members_stopped_after_s']:.1f}" if c["members_stopped_after_s"] is not None
                  else f"{c['members_running_at_restore']} still ran at restore")
         print(f"  {c['host']:<10} {c['at_s']:5.1f} {c['members']:>8}  {c['held_s']:6.1f}  "
-              f"{lost:>12}  {fence}")
+              f"{lost_s:>12}  {fence}")
     lost = [c["lost_after_s"] for c in res["partitions"] if c["lost_after_s"] is not None]
     if lost:
         print(f"loss declared after: max {max(lost):.1f} s, mean {sum(lost) / len(lost):.1f} s "
