@@ -500,7 +500,7 @@ class GlobalService:
         return answer
 
     def lease_counters(self) -> dict[str, int]:
-        """Renewals granted, refused (``stale_renewals``), and lost nodes rejoined."""
+        """Renewals refused (``stale_renewals``) and lost nodes rejoined."""
         with self._lease_lock:
             return dict(self.leases.counters)
 

@@ -223,7 +223,8 @@ class LeaseLedger:
         self._untold: set[str] = set(lost)
         #: Lost nodes not yet back under a new incarnation.
         self.lost: set[str] = set(lost)
-        self.counters = {"lease_renewals": 0, "stale_renewals": 0, "rejoined": 0}
+        #: Events worth a line in ``status`` (each node counts its own renewals).
+        self.counters = {"stale_renewals": 0, "rejoined": 0}
 
     def accepts(self, node: str, incarnation: int | None) -> bool:
         """Whether a message of ``node``'s ``incarnation`` (a renewal, a report) is taken:
@@ -258,7 +259,6 @@ class LeaseLedger:
         if not self.accepts(node, incarnation):
             self.counters["stale_renewals"] += 1
             return Answer.LOST
-        self.counters["lease_renewals"] += 1
         self.granted_at[node] = max(self.granted_at[node], now)
         self.incarnation[node] = incarnation
         if node in self.lost:
