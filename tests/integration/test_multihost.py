@@ -138,7 +138,8 @@ def test_a_host_cut_off_mid_job_is_lost_and_its_gang_requeued_without_overlap(
     """The link of a host under a running gang goes down (its processes run on): the
     global manager declares the host lost after its stall window and requeues the gang
     (``on_node_loss: requeue``) onto the other hosts. From the members' own records: no
-    member of attempt 1 runs once attempt 2 has started (the cut-off host fences itself)."""
+    member of attempt 1 runs once attempt 2 has started (the cut-off host fences itself).
+    With its link back the host rejoins under a new incarnation."""
     from multihost import MEMBER, overlaps, records
 
     cluster = deployment.cluster
@@ -169,6 +170,7 @@ def test_a_host_cut_off_mid_job_is_lost_and_its_gang_requeued_without_overlap(
 
     st, rec = wait_until(lost, timeout=180, interval=0.5, message=f"{victim.ns} to be lost")
     assert st["global_counters"]["nodes_lost"] == 1  # only the host that was cut off
+    incarnation = next(n["incarnation"] for n in st["nodes"] if n["name"] == victim_node)
 
     def requeued_and_running() -> Any:
         st, rec = job_record(deployment, job_id)
@@ -179,6 +181,18 @@ def test_a_host_cut_off_mid_job_is_lost_and_its_gang_requeued_without_overlap(
     assert victim_node not in rec["nodes"]
     assert "lost" in json.dumps(rec["history"])
     cluster.restore(victim)
+
+    # Its link back, the host is refused under its old incarnation (counted) and rejoins
+    # under a new one; it fenced its member meanwhile.
+    def rejoined() -> Any:
+        st = deployment.status()
+        node = next(n for n in st["nodes"] if n["name"] == victim_node)
+        return st if node["health"] == "up" and node["incarnation"] != incarnation else None
+
+    st = wait_until(rejoined, timeout=180, interval=0.5, message=f"{victim.ns} to rejoin")
+    counters = st["global_counters"]
+    assert counters["stale_renewals"] >= 1 and counters["rejoined"] >= 1, counters
+    assert next(n for n in st["nodes"] if n["name"] == victim_node)["counters"]["fenced"] >= 1
 
     def ended() -> Any:
         st, rec = job_record(deployment, job_id)
