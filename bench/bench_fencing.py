@@ -36,40 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from fenced_member import member, records_of  # noqa: E402 - tests/ on the path first
+
 TIME_SCALE = 100.0
-
-
-def member(records: Path, go: Path) -> list[str]:
-    """A command that notes ``start``/``stop`` with the wall time in
-    ``records/<run>-<index>`` and spins until ``go`` exists (SIGTERM: noted, exit)."""
-    code = (
-        "import os, signal, sys, time\n"
-        f"rec = os.path.join({str(records)!r}, "
-        "os.environ['COALLOC_RUN'] + '-' + os.environ['COALLOC_SUBTASK'])\n"
-        "def note(what):\n"
-        "    with open(rec, 'a') as f:\n"
-        "        f.write(f'{what} {time.time()!r}\\n')\n"
-        "def stop(*_):\n"
-        "    note('stop')\n"
-        "    sys.exit(143)\n"
-        "signal.signal(signal.SIGTERM, stop)\n"
-        "note('start')\n"
-        f"while not os.path.exists({str(go)!r}):\n"
-        "    t = time.time()\n"
-        "    while time.time() - t < 0.05: pass\n"
-        "note('stop')\n"
-    )
-    return ["python3", "-c", code]
-
-
-def records_of(records: Path, run: str) -> dict[int, dict[str, float]]:
-    out: dict[int, dict[str, float]] = {}
-    for path in records.glob(f"{run}-*"):
-        index = int(path.name.rsplit("-", 1)[1])
-        for line in path.read_text().splitlines():
-            what, at = line.split()
-            out.setdefault(index, {})[what] = float(at)
-    return out
 
 
 def wait(predicate: Any, timeout: float, what: str, every: float = 0.02) -> Any:

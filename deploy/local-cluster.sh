@@ -50,6 +50,9 @@ export RAY_AUTH_MODE=$AUTH_MODE
 TEMP_DIR="$DIR/ray"
 
 die() { echo "local-cluster: $*" >&2; exit 2; }
+SCRIPT_NAME=local-cluster
+# shellcheck source=deploy/ray-nodes.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ray-nodes.sh"
 
 usage() {
     sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
@@ -57,18 +60,7 @@ usage() {
 }
 
 # Print COUNT distinct free TCP ports on NODE_IP (all held open until all are chosen).
-free_ports() {
-    "$PYTHON" - "$1" "$NODE_IP" <<'EOF'
-import socket, sys
-count, host = int(sys.argv[1]), sys.argv[2]
-socks = []
-for _ in range(count):
-    s = socket.socket()
-    s.bind((host, 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
+free_ports() { free_ports_on "$1" "$NODE_IP"; }
 
 # True if PID is alive and still the leader of its own session (not a recycled pid).
 is_leader() {
@@ -119,55 +111,9 @@ start_node() {
         --metrics-export-port="${ports[4]}" --runtime-env-agent-port="${ports[5]}" \
         --min-worker-port=0 --max-worker-port=0 \
         "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
-    local waited=0
-    while [[ ! -s "$pidfile" ]]; do
-        sleep 0.1
-        waited=$((waited + 1))
-        [[ $waited -lt 100 ]] || die "$name: did not start (see $DIR/logs/$name.log)"
-    done
-    cat "$pidfile"
+    wait_for_pidfile "$name" "$pidfile"
 }
 
-# Wait until the cluster at ADDRESS has WANT alive nodes, or the timeout passes.
-# The GCS port must accept connections first: ray.init() would retry for minutes.
-wait_for_nodes() {
-    local address=$1 want=$2
-    timeout --kill-after=10 "$((START_TIMEOUT + 30))" \
-        "$PYTHON" - "$address" "$want" "$START_TIMEOUT" <<'EOF'
-import logging, socket, sys, time
-address, want, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-deadline = time.monotonic() + timeout
-host, port = address.rsplit(":", 1)
-while True:
-    try:
-        socket.create_connection((host, int(port)), timeout=1.0).close()
-        break
-    except OSError as exc:
-        if time.monotonic() > deadline:
-            sys.exit(f"local-cluster: head GCS {address} not reachable: {exc}")
-        time.sleep(0.5)
-import ray
-# On a loaded machine the GCS can miss ray.init's own RPC deadline ("Timed out while
-# waiting for GCS to become available") while the cluster is healthy: that is a reason to
-# ask again, not to tear the cluster down. Only the overall deadline ends the wait.
-alive, last_error = 0, None
-while time.monotonic() < deadline:
-    try:
-        if not ray.is_initialized():
-            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-        alive = sum(1 for n in ray.nodes() if n["Alive"])
-    except Exception as exc:  # any failure to reach the GCS: retry until the deadline
-        last_error = exc
-        ray.shutdown()
-    else:
-        if alive >= want:
-            print(f"{alive} nodes alive")
-            sys.exit(0)
-    time.sleep(0.5)
-reason = f"; last error: {str(last_error).splitlines()[-1]}" if last_error else ""
-sys.exit(f"local-cluster: only {alive} of {want} nodes alive after {timeout:g} s{reason}")
-EOF
-}
 
 cmd_start() {
     local n=${1:-}

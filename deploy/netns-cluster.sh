@@ -51,6 +51,9 @@ AUTH_MODE=${RAY_AUTH_MODE:-token}
 export RAY_AUTH_MODE=$AUTH_MODE
 
 die() { echo "netns-cluster: $*" >&2; exit 2; }
+SCRIPT_NAME=netns-cluster
+# shellcheck source=deploy/ray-nodes.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ray-nodes.sh"
 
 usage() {
     sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
@@ -86,18 +89,7 @@ ns_name() { echo "$PREFIX$1"; }
 veth_name() { echo "v$PREFIX$1" | cut -c1-15; }
 
 # Print COUNT distinct free TCP ports on HEAD_IP (held open until all are chosen).
-free_ports() {
-    "$PYTHON" - "$1" "$HEAD_IP" <<'EOF'
-import socket, sys
-count, host = int(sys.argv[1]), sys.argv[2]
-socks = []
-for _ in range(count):
-    s = socket.socket()
-    s.bind((host, 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
+free_ports() { free_ports_on "$1" "$HEAD_IP"; }
 
 is_leader() {
     local pid=$1 sid
@@ -143,48 +135,7 @@ start_node() {
         "$RAY" start --block --disable-usage-stats \
         --object-store-memory="$OBJECT_STORE" "$@" \
         >"$DIR/logs/$name.log" 2>&1 </dev/null &
-    local waited=0
-    while [[ ! -s "$pidfile" ]]; do
-        sleep 0.1
-        waited=$((waited + 1))
-        [[ $waited -lt 100 ]] || die "$name: did not start (see $DIR/logs/$name.log)"
-    done
-    cat "$pidfile"
-}
-
-wait_for_nodes() {
-    local address=$1 want=$2
-    timeout --kill-after=10 "$((START_TIMEOUT + 30))" \
-        "$PYTHON" - "$address" "$want" "$START_TIMEOUT" <<'EOF'
-import logging, socket, sys, time
-address, want, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-deadline = time.monotonic() + timeout
-host, port = address.rsplit(":", 1)
-while True:
-    try:
-        socket.create_connection((host, int(port)), timeout=1.0).close()
-        break
-    except OSError as exc:
-        if time.monotonic() > deadline:
-            sys.exit(f"netns-cluster: head GCS {address} not reachable: {exc}")
-        time.sleep(0.5)
-import ray
-alive, last_error = 0, None
-while time.monotonic() < deadline:
-    try:
-        if not ray.is_initialized():
-            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-        alive = sum(1 for n in ray.nodes() if n["Alive"])
-    except Exception as exc:  # the GCS missed an RPC deadline on a loaded machine: ask again
-        last_error = exc
-        ray.shutdown()
-    else:
-        if alive >= want:
-            sys.exit(0)
-    time.sleep(0.5)
-reason = f"; last error: {str(last_error).splitlines()[-1]}" if last_error else ""
-sys.exit(f"netns-cluster: only {alive} of {want} nodes alive after {timeout:g} s{reason}")
-EOF
+    wait_for_pidfile "$name" "$pidfile"
 }
 
 # Build host K's namespace and link (idempotent pieces are not assumed: `up` starts clean).

@@ -418,14 +418,7 @@ class NodeRuntime:
     def cancel_job(self, job_id: str, timeout: float | None = 10.0) -> bool:
         """Take every subtask of ``job_id`` off the node, killing its processes. Blocks
         until done (or ``timeout`` real s); True when the loop has applied it."""
-        done = threading.Event()
-        self._actions.put(("cancel", job_id, done))
-        self._kick.set()
-        if not self.running:
-            with self._lock:
-                self._drain_actions(self._last_boundary or 0.0, immediate_only=True)
-                self._retire_ended()
-        return done.wait(timeout)
+        return self._apply_now("cancel", job_id, timeout)
 
     def fence(self, why: str, timeout: float | None = 10.0) -> bool:
         """The node holds no lease (``why``): stop every subtask on it (kill its
@@ -434,8 +427,13 @@ class NodeRuntime:
         ``timeout`` real s); True when the loop has applied it."""
         with self._lock:
             self.unleased = why
+        return self._apply_now("fence", why, timeout)
+
+    def _apply_now(self, action: str, argument: str, timeout: float | None) -> bool:
+        """Queue ``action`` for the loop and wait until it is applied (or ``timeout`` real
+        s); with the loop not running, apply it here. True when applied."""
         done = threading.Event()
-        self._actions.put(("fence", why, done))
+        self._actions.put((action, argument, done))
         self._kick.set()
         if not self.running:
             with self._lock:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fenced_member import member, records_of
 from support import cli_status as status
 from support import deployed, pid_alive, wait_for, wait_until
 
@@ -43,41 +44,6 @@ def deployment(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> An
     log = tmp_path_factory.mktemp("fencing") / "phase.jsonl"
     with deployed(ray_cluster.address, log, "--nodes", "300,300,300", "--time-scale", "100"):
         yield ray_cluster
-
-
-def member(records: Path, go: Path) -> list[str]:
-    """A command that notes its start, spins until ``go`` exists, and notes its stop
-    (also on SIGTERM, which a fence or a cancel sends first), in
-    ``records/<run>-<index>``: ``start|stop <wall s>`` lines."""
-    code = (
-        "import os, signal, sys, time\n"
-        f"rec = os.path.join({str(records)!r}, "
-        "os.environ['COALLOC_RUN'] + '-' + os.environ['COALLOC_SUBTASK'])\n"
-        "def note(what):\n"
-        "    with open(rec, 'a') as f:\n"
-        "        f.write(f'{what} {time.time()!r}\\n')\n"
-        "def stop(*_):\n"
-        "    note('stop')\n"
-        "    sys.exit(143)\n"
-        "signal.signal(signal.SIGTERM, stop)\n"
-        "note('start')\n"
-        f"while not os.path.exists({str(go)!r}):\n"
-        "    t = time.time()\n"
-        "    while time.time() - t < 0.05: pass\n"
-        "note('stop')\n"
-    )
-    return ["python3", "-c", code]
-
-
-def records_of(records: Path, run: str) -> dict[int, dict[str, float]]:
-    """Run ``run``'s members' records: index -> {"start": wall s, "stop": wall s}."""
-    out: dict[int, dict[str, float]] = {}
-    for path in records.glob(f"{run}-*"):
-        index = int(path.name.rsplit("-", 1)[1])
-        for line in path.read_text().splitlines():
-            what, at = line.split()
-            out.setdefault(index, {})[what] = float(at)
-    return out
 
 
 def node_of(capsys: Any, address: str, name: str) -> dict[str, Any]:
