@@ -62,17 +62,7 @@ usage() {
 # Print COUNT distinct free TCP ports on NODE_IP (all held open until all are chosen).
 free_ports() { free_ports_on "$1" "$NODE_IP"; }
 
-# True if PID is alive and still the leader of its own session (not a recycled pid).
-is_leader() {
-    local pid=$1 sid
-    sid=$(ps -o sid= -p "$pid" 2>/dev/null | tr -d ' ') || return 1
-    [[ "$sid" == "$pid" ]]
-}
 
-# Pids of all processes in session SID (zombies excluded).
-session_members() {
-    ps -eo pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ { print $1 }'
-}
 
 # The state file: shell assignments read back by `source`.
 write_state() {
@@ -216,28 +206,12 @@ cmd_stop() {
         echo "local-cluster: nothing to stop (no state file $STATE)"
         return 0
     fi
-    local entry pid leaders=() waited=0
-    # Workers first, the head last: reverse the recorded order.
-    for entry in $PIDS; do leaders=("${entry##*:}" "${leaders[@]}"); done
-    for pid in "${leaders[@]}"; do
-        if is_leader "$pid"; then kill -TERM "$pid" 2>/dev/null || true; fi
-    done
-    # `ray start --block` stops its own processes on SIGTERM; give it 20 s.
-    while ((waited < 200)); do
-        local left=""
-        for pid in "${leaders[@]}"; do left+=$(session_members "$pid"); done
-        [[ -n "$left" ]] || break
-        sleep 0.1
-        waited=$((waited + 1))
-    done
-    for pid in "${leaders[@]}"; do
-        local member
-        for member in $(session_members "$pid"); do
-            kill -KILL "$member" 2>/dev/null || true
-        done
-    done
+    local -a entries
+    read -r -a entries <<<"$PIDS"
+    # Workers first, the head last.
+    stop_sessions "$PIDS"
     rm -f "$STATE" "$DIR"/*.pid
-    echo "stopped ${#leaders[@]} node(s) of $ADDRESS"
+    echo "stopped ${#entries[@]} node(s) of $ADDRESS"
 }
 
 cmd_status() {

@@ -91,16 +91,6 @@ veth_name() { echo "v$PREFIX$1" | cut -c1-15; }
 # Print COUNT distinct free TCP ports on HEAD_IP (held open until all are chosen).
 free_ports() { free_ports_on "$1" "$HEAD_IP"; }
 
-is_leader() {
-    local pid=$1 sid
-    sid=$(ps -o sid= -p "$pid" 2>/dev/null | tr -d ' ') || return 1
-    [[ "$sid" == "$pid" ]]
-}
-
-session_members() {
-    ps -eo pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ { print $1 }'
-}
-
 write_state() {
     {
         echo "ADDRESS=${ADDRESS:-}"
@@ -286,21 +276,8 @@ cmd_down() {
         echo "netns-cluster: nothing to remove (no state file $STATE)"
         return 0
     fi
-    local entry pid leaders=() waited=0 k ns
-    for entry in $PIDS; do leaders=("${entry##*:}" "${leaders[@]}"); done
-    for pid in "${leaders[@]}"; do
-        if is_leader "$pid"; then kill -TERM "$pid" 2>/dev/null || true; fi
-    done
-    while ((waited < 200)); do
-        local left=""
-        for pid in "${leaders[@]}"; do left+=$(session_members "$pid"); done
-        [[ -n "$left" ]] || break
-        sleep 0.1
-        waited=$((waited + 1))
-    done
-    for pid in "${leaders[@]}"; do
-        for entry in $(session_members "$pid"); do kill -KILL "$entry" 2>/dev/null || true; done
-    done
+    local pid k ns
+    stop_sessions "${PIDS:-}"
     for ((k = 1; k <= N; k++)); do
         ns=$(ns_name "$k")
         if ip netns list | grep -qw "$ns"; then

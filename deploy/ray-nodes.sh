@@ -66,3 +66,37 @@ reason = f"; last error: {str(last_error).splitlines()[-1]}" if last_error else 
 sys.exit(f"{name}: only {alive} of {want} nodes alive after {timeout:g} s{reason}")
 EOF
 }
+
+# True if PID is alive and still the leader of its own session (not a recycled pid).
+is_leader() {
+    local pid=$1 sid
+    sid=$(ps -o sid= -p "$pid" 2>/dev/null | tr -d ' ') || return 1
+    [[ "$sid" == "$pid" ]]
+}
+
+# Pids of all processes in session SID (zombies excluded).
+session_members() {
+    ps -eo pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ { print $1 }'
+}
+
+# Stop the nodes recorded as "name:pid" words in ENTRIES (each pid its session's leader),
+# last recorded first (the head was recorded first): SIGTERM to each leader (`ray start
+# --block` stops its own processes on it), up to 20 s for their sessions to empty, then
+# SIGKILL to whatever is left in them.
+stop_sessions() {
+    local entry pid member leaders=() waited=0
+    for entry in $1; do leaders=("${entry##*:}" "${leaders[@]}"); done
+    for pid in "${leaders[@]}"; do
+        if is_leader "$pid"; then kill -TERM "$pid" 2>/dev/null || true; fi
+    done
+    while ((waited < 200)); do
+        local left=""
+        for pid in "${leaders[@]}"; do left+=$(session_members "$pid"); done
+        [[ -n "$left" ]] || break
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    for pid in "${leaders[@]}"; do
+        for member in $(session_members "$pid"); do kill -KILL "$member" 2>/dev/null || true; done
+    done
+}
