@@ -42,8 +42,9 @@ from runtime.controller_service import ControllerService
 from runtime.global_service import GlobalService
 from runtime.identity import AdminSeed, Credential, Identity, Refusal, Role, check_submit
 from runtime.journal import journal_files
-from runtime.lease import RENEW_RETRY_S, Answer, LeaseTerms, NodeLease
+from runtime.lease import LeaseTerms, NodeLease
 from runtime.node_host import HostedNode, node_handle
+from runtime.node_lease import LeaseKeeper
 from runtime.node_runtime import NodeRuntime
 from runtime.rendezvous import KvAccess
 from runtime.status import (
@@ -369,118 +370,19 @@ class LocalManagerActor:
         # The lease: a restarted manager holds it from its predecessor's last granted
         # renewal (its checkpoint; same host, so the same monotonic clock), never longer.
         held = saved.get("lease_confirmed_at") if saved is not None else None
-        self.lease = NodeLease(LeaseTerms(config.lease_seconds), time.monotonic(),
-                               float(held) if isinstance(held, (int, float)) else None)
-        self.runtime.lease_confirmed_at = self.lease.confirmed_at
-        self.runtime.counters.update(lease_renewals=0, lease_failures=0)
-        self._lease_error = ""  # the last failed renewal's error
-        self._lease_stop = threading.Event()
+        self.lease = LeaseKeeper(
+            node.name, self.runtime,
+            NodeLease(LeaseTerms(config.lease_seconds), time.monotonic(),
+                      float(held) if isinstance(held, (int, float)) else None),
+            self._global, self._forget_global,
+        )
         self._thread = threading.Thread(
             target=self.runtime.run, name=f"coalloc-lm-{node.name}", daemon=True
         )
         self._thread.start()
         threading.Thread(
-            target=self._lease_loop, name=f"coalloc-lease-{node.name}", daemon=True
+            target=self.lease.run, name=f"coalloc-lease-{node.name}", daemon=True
         ).start()
-
-    def _lease_loop(self) -> None:
-        """Renew this node's lease with the global manager (:mod:`runtime.lease`): a
-        renewal every third of the lease (sooner after a failure), answers taken as they
-        come; without a lease, fence the node; told it was lost, fence, take a new
-        incarnation and renew under it. Ends with the manager."""
-        import ray
-
-        out: dict[Any, int] = {}  # renewal call -> its token
-        failing = ""
-        while not self._lease_stop.is_set():
-            try:
-                wait = self._lease_round(out)
-                failing = ""
-            except Exception as exc:  # noqa: BLE001 - the lease thread must not die
-                why = f"{type(exc).__name__}: {exc}"
-                if why != failing:
-                    log.exception("node %s: lease round failed", self.node.name)
-                failing, wait = why, RENEW_RETRY_S
-            if out:
-                ray.wait(list(out), num_returns=1, timeout=wait)
-            else:
-                self._lease_stop.wait(wait)
-
-    def _lease_round(self, out: dict[Any, int]) -> float:
-        """One look at the lease (see :meth:`_lease_loop`): take the answers in, fence or
-        lift the fence, send a renewal if one is due; ``out`` (renewal call -> its token)
-        is updated in place. Returns the real s to the next look."""
-        import ray
-
-        now = time.monotonic()
-        self.lease.look(now)
-        if out:
-            ready, _ = ray.wait(list(out), num_returns=len(out), timeout=0)
-            for ref in ready:
-                token = out.pop(ref)
-                try:
-                    answer: Answer | None = Answer(ray.get(ref, timeout=0))
-                except Exception as exc:  # noqa: BLE001 - the lease says when it matters
-                    answer = None
-                    self.runtime.counters["lease_failures"] += 1
-                    self._lease_error = f"{type(exc).__name__}: {exc}"[:300]
-                else:
-                    self.runtime.counters["lease_renewals"] += 1
-                got = self.lease.answered(token, answer)
-                if got is Answer.REJOINED:
-                    # A new incarnation of a node declared lost: what it re-attached
-                    # from before (a restart meanwhile) may run elsewhere now.
-                    self.runtime.fence("the global manager had declared this node "
-                                       "lost", timeout=5.0)
-                elif got is Answer.LOST:
-                    self._rejoin(now)
-                    out.clear()
-                    break
-        given_up = set(self.lease.give_up(now))
-        for ref in [r for r, t in out.items() if t in given_up]:
-            del out[ref]
-        self.runtime.lease_confirmed_at = self.lease.confirmed_at
-        if self.lease.held(now):
-            if self.runtime.unleased is not None:
-                log.warning("node %s: lease renewed; subtasks may start again",
-                            self.node.name)
-                self.runtime.leased()
-        elif self.runtime.unleased is None and self.lease.must_fence(now):
-            since = now - self.lease.confirmed_at
-            self.runtime.fence(
-                f"no lease: the last renewal the global manager granted was sent "
-                f"{since:.1f} s ago (lease {self.lease.terms.lease_s:g} s)", timeout=5.0)
-        if self.lease.due(now):
-            token = self.lease.send(now)
-            try:
-                ref = self._global().renew_lease.remote(
-                    self.node.name, self.runtime.incarnation)
-                out[ref] = token
-            except Exception as exc:  # noqa: BLE001 - no global manager: retried soon
-                self._gm = None
-                self.lease.answered(token, None)
-                self.runtime.counters["lease_failures"] += 1
-                self._lease_error = f"{type(exc).__name__}: {exc}"[:300]
-        return max(0.0, self.lease.next_look(now) - time.monotonic())
-
-    def _rejoin(self, now: float) -> None:
-        """The global manager declared this node lost: fence what still runs, take a new
-        incarnation, tell the controller (reports of the old one are dropped there as
-        ``old_incarnation``) and renew under it."""
-        old = self.runtime.incarnation
-        self.runtime.fence("the global manager declared this node lost", timeout=5.0)
-        inc = self.runtime.rejoin()
-        self.lease.rejoin(now)
-        log.warning("node %s: the global manager declared incarnation %d lost; rejoining "
-                    "as incarnation %d", self.node.name, old, inc)
-        try:
-            import ray
-
-            ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE).register_node.remote(
-                self.node.name, inc)
-        except Exception:  # noqa: BLE001 - its first report registers it there too
-            log.info("node %s: cannot reach the controller to register incarnation %d",
-                     self.node.name, inc)
 
     def _global(self) -> Any:
         """The global manager's handle (looked up once, again after a failure)."""
@@ -489,6 +391,10 @@ class LocalManagerActor:
         if self._gm is None:
             self._gm = ray.get_actor(GLOBAL_NAME, namespace=NAMESPACE)
         return self._gm
+
+    def _forget_global(self) -> None:
+        """A call to the global manager failed: look its handle up again next time."""
+        self._gm = None
 
     def _ended(self, outcome: SubtaskOutcome) -> None:
         """Tell the global manager (fire and forget) that a subtask left the node."""
@@ -506,16 +412,8 @@ class LocalManagerActor:
             "running": self._thread.is_alive(),
             "reaped_stale": self.reaped,
             "restored": self.restored,
-            "lease": self.lease_view(),
+            "lease": self.lease.view(),
         }
-
-    def lease_view(self) -> dict[str, Any]:
-        """The lease as this node holds it: held, real s since the send of its last
-        granted renewal, the lease, the last renewal error."""
-        now = time.monotonic()
-        return {"held": self.lease.held(now), "age_s": round(now - self.lease.confirmed_at, 3),
-                "lease_s": self.lease.terms.lease_s, "renewals_out": len(self.lease.out()),
-                "last_error": self._lease_error}
 
     def place(self, subtasks: list[Subtask], start: float) -> int:
         self.runtime.submit(subtasks, start)
@@ -554,7 +452,7 @@ class LocalManagerActor:
 
     def shutdown(self) -> bool:
         """Stop the loop, kill every subtask process, close the sockets."""
-        self._lease_stop.set()
+        self.lease.stop()
         self.runtime.stop()
         self._thread.join(timeout=15.0)
         if self.runtime.checkpoint is not None:  # down: nothing is left to resume
