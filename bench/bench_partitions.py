@@ -306,6 +306,16 @@ def run_strict(dep: Deployment, api: Api, work: Path, tag: str, n: int,
         time.sleep(1.0)
 
 
+#: The nodes' counts of placements that reached them after their start boundary: within
+#: the next cycle (started on it, nothing lost) and later (the member starts out of step).
+LATE = ("late_placements", "late_starts")
+
+
+def late_counts(api: Api) -> dict[str, int]:
+    nodes = api.status()["nodes"]
+    return {k: sum(int(n.get("counters", {}).get(k, 0)) for n in nodes) for k in LATE}
+
+
 def delay(cluster: NetnsCluster, dep: Deployment, args: argparse.Namespace,
           work: Path) -> dict[str, Any]:
     api = Api(dep)
@@ -318,16 +328,26 @@ def delay(cluster: NetnsCluster, dep: Deployment, args: argparse.Namespace,
     ref: list[str] = []
     slow: list[str] = []
     rounds = 0
+    late = {"clean": dict.fromkeys(LATE, 0), "delayed": dict.fromkeys(LATE, 0)}
+
+    def count_late(arm: str, ids: list[str]) -> list[str]:
+        before = late_counts(api)
+        ids = ids + run_strict(dep, api, work, f"{arm[:5]}{rounds}-", args.delay_jobs, hosts)
+        after = late_counts(api)
+        for k in LATE:
+            late[arm][k] += after[k] - before[k]
+        return ids
+
     while True:
         rounds += 1
         say(f"delay: round {rounds}: {args.delay_jobs} strict jobs across 3 hosts, clean links")
-        ref += run_strict(dep, api, work, f"clean{rounds}-", args.delay_jobs, hosts)
+        ref = count_late("clean", ref)
         say(f"delay: round {rounds}: the same with delay 100ms 20ms loss 1% on every "
             "host's link, both ways")
         for h in cluster.hosts:
             cluster.netem(h, "delay", "100ms", "20ms", "loss", "1%")
         try:
-            slow += run_strict(dep, api, work, f"slow{rounds}-", args.delay_jobs, hosts)
+            slow = count_late("delayed", slow)
         finally:
             for h in cluster.hosts:
                 cluster.clear_netem(h)
@@ -360,7 +380,7 @@ def delay(cluster: NetnsCluster, dep: Deployment, args: argparse.Namespace,
         "violations_clean": sum(sums[j]["window_violations"] for j in ref if j in sums),
         "nodes_lost": after["global_counters"]["nodes_lost"]
         - before["global_counters"]["nodes_lost"],
-        "minutes": args.minutes,
+        "minutes": args.minutes, "late": late,
         "counters_before": counters(before), "counters_after": counters(after),
     }
 
@@ -376,6 +396,9 @@ def print_delay(res: dict[str, Any]) -> None:
     if clean and slow is not None:
         ratio = slow / clean
         print(f"  ratio {ratio:.2f} (target <= 2): {'met' if ratio <= 2 else 'MISSED'}")
+    for arm, counts in res["late"].items():
+        print(f"  placements after their start boundary, {arm}: "
+              + ", ".join(f"{k} {v}" for k, v in counts.items()))
     b, a = res["counters_before"], res["counters_after"]
     print("  reports while delayed: " + ", ".join(f"{k} {a[k] - b[k]}" for k in a))
     print(f"  nodes declared lost over {res['minutes']:g} min of delay and loss: "

@@ -21,7 +21,11 @@ multiple of one cycle's advance) and steer the gang against it. So, given ``catc
 ``catch_up`` s, is carried to ``now`` at the clock rate of that report (the rate of its
 rate cap before its first report), for the decision and for the statistics alike; the
 period record marks it (``estimated``: seconds carried, by subtask index) and the summary
-counts such periods (``estimated_periods``). Beyond ``catch_up`` the node was stalled and
+counts such periods (``estimated_periods``). The controller changes nothing for a subtask
+carried forward (its node is late, or its reports are): where it is is only estimated,
+and a late manager applies the commands it finds when it catches up to every cycle it
+replays, so a cap meant for one period would act over all the missed ones. Beyond
+``catch_up`` the node was stalled and
 resynchronises without booking the missed cycles, so its last clock is the truth and is
 used as reported. ``catch_up = 0`` (the simulator) never estimates.
 """
@@ -36,6 +40,7 @@ from coallocator.controller import (
     ControllerConfig,
     ControlMode,
     ControlRequest,
+    JobDecision,
     JobState,
     SubtaskState,
     Window,
@@ -105,6 +110,23 @@ class _SubtaskTrack:
             self.rate_cap,
             self.capability,
         )
+
+
+def _withhold_late(decision: JobDecision, carried: Mapping[str, float]) -> JobDecision:
+    """``decision`` without the changes for subtasks whose clock was carried forward over
+    a late report (``carried``: seconds carried by subtask index; see "Late reports").
+    Where such a member is is only estimated, and its manager, if it is the one that is
+    late, applies a command when it catches up to every cycle it replays, not only to the
+    cycles after the period the command was meant for: a cap meant for one cycle would
+    hold it over all the missed ones and put it out of step. Its weights and cap stay as
+    they were until its reports are in again (its estimate assumed exactly that)."""
+    late = {int(i) for i, gap in carried.items() if gap > 0}
+    if not late:
+        return decision
+    kept = tuple(ch for ch in decision.changes if ch.index not in late)
+    if len(kept) == len(decision.changes):
+        return decision
+    return replace(decision, changes=kept)
 
 
 @dataclass(slots=True)
@@ -342,6 +364,8 @@ class ControllerCore:
             self.config,
         )
         for job, decision, carried in zip(controlled, reply.decisions, estimates):
+            if carried:
+                decision = _withhold_late(decision, carried)
             job.tracker.observe(
                 decision.phase_difference, decision.mean_virtual - now, carried is not None
             )

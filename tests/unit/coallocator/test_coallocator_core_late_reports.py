@@ -140,3 +140,42 @@ def test_a_gang_in_step_shows_no_phase_difference_whoever_is_late(
     (rec,) = periods(records)
     assert rec.phase_difference == pytest.approx(0.0, abs=1e-6)
     assert rec.mean_virtual == pytest.approx(clock(now))
+
+
+def test_no_command_goes_to_a_member_whose_clock_is_carried_forward() -> None:
+    """n1 is late (its clock carried forward): the period's decision may re-cap n0's
+    member, never n1's, which keeps the cap its estimate assumed; once n1's reports are
+    in, it is controlled again."""
+    from coallocator.controller import ControlMode
+
+    records: list[object] = []
+    c = ControllerCore(ControllerConfig(mode=ControlMode.PACE), True,
+                       {"n0": 100.0, "n1": 100.0}, records.append, period=Q,
+                       catch_up=10 * Q)
+    c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0,
+                                   ((0, "n0", 50.0), (1, "n1", 50.0)), 500.0, 100.0))
+    # n0 ran at twice the expected rate, n1 at half of it (its last report, 2 cycles old):
+    # pace control would hold n0 back and lift n1.
+    c.ingest(report(0, 90.0, 180.0, rate=2.0))
+    c.ingest(report(1, 30.0, 15.0, rate=0.5))
+    commands = c.control_period(90.0)
+    assert {cmd.subtask for cmd in commands} == {0}
+    (rec,) = periods(records)
+    assert rec.estimated == {"1": pytest.approx(60.0)} and set(rec.factors) == {"0"}
+    # n1 catches up: both members are controlled again.
+    c.ingest(report(1, 120.0, 45.0, rate=0.5))
+    c.ingest(report(0, 120.0, 210.0, rate=1.0))
+    assert 1 in {cmd.subtask for cmd in c.control_period(120.0)}
+
+
+def test_a_member_reported_ahead_of_a_late_controller_is_still_controlled() -> None:
+    """Carried back (the controller is late, not the node): its commands still go."""
+    from coallocator.controller import ControlMode
+
+    c = ControllerCore(ControllerConfig(mode=ControlMode.PACE), True,
+                       {"n0": 100.0, "n1": 100.0}, None, period=Q, catch_up=10 * Q)
+    c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0,
+                                   ((0, "n0", 50.0), (1, "n1", 50.0)), 500.0, 100.0))
+    c.ingest(report(0, 90.0, 45.0, rate=0.5))
+    c.ingest(report(1, 120.0, 240.0, rate=2.0))
+    assert 1 in {cmd.subtask for cmd in c.control_period(90.0)}
