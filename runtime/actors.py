@@ -905,6 +905,14 @@ class GlobalManagerActor:
         log.warning("fault injection: nodes cut off: %s", ", ".join(sorted(nodes)) or "none")
         return sorted(self._cut)
 
+    def hold(self, seconds: float) -> float:
+        """For fault tests: keep one of the default concurrency group's threads for
+        ``seconds`` (real s), as a call slow to answer does (a cancel waiting on an
+        unreachable node). Lease renewals have a group of their own
+        (:data:`~runtime.config.LEASE_GROUP`) and are answered meanwhile."""
+        time.sleep(seconds)
+        return seconds
+
     def cancel(self, job_id: str) -> JobRecord | None:
         return self.service.cancel(job_id)
 

@@ -32,6 +32,14 @@ NAMESPACE = "coalloc"
 GLOBAL_NAME = "coalloc-global"
 #: Name of the detached co-allocation controller actor.
 CONTROLLER_NAME = "coalloc-controller"
+#: Threads of the global manager's default concurrency group (its Ray ``max_concurrency``).
+GLOBAL_THREADS = 16
+#: The global manager's Ray concurrency group for lease renewals, with its own threads
+#: (:data:`LEASE_GROUP_THREADS`): a renewal never queues behind calls that hold the
+#: default group's threads (a cancel waiting on an unreachable node, a status of a large
+#: table), so a busy global manager does not let healthy nodes' leases run out.
+LEASE_GROUP = "lease"
+LEASE_GROUP_THREADS = 2
 #: Prefix of the local-manager actors' names (``coalloc-lm-<node>``).
 LOCAL_PREFIX = "coalloc-lm-"
 

@@ -25,6 +25,9 @@ from typing import Any
 from runtime.config import (
     CONTROLLER_NAME,
     GLOBAL_NAME,
+    GLOBAL_THREADS,
+    LEASE_GROUP,
+    LEASE_GROUP_THREADS,
     NAMESPACE,
     RuntimeConfig,
     coalloc_home,
@@ -633,9 +636,10 @@ def deploy(
             api_url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
         say("starting the global manager")
         gm: Any = (
-            ray.remote(GlobalManagerActor)
+            ray.remote(concurrency_groups={LEASE_GROUP: LEASE_GROUP_THREADS})(
+                GlobalManagerActor)
             .options(
-                name=GLOBAL_NAME, scheduling_strategy=pinned(here), max_concurrency=16,
+                name=GLOBAL_NAME, scheduling_strategy=pinned(here), max_concurrency=GLOBAL_THREADS,
                 max_restarts=GLOBAL_MAX_RESTARTS, max_task_retries=0, **common,
             )
             .remote([(p.node, p.ray_node_id, p.emulated) for p in placements], config, base,

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runtime.config import CONTROLLER_NAME, NAMESPACE
+from runtime.config import CONTROLLER_NAME, LEASE_GROUP, NAMESPACE
 from runtime.lease import RENEW_RETRY_S, Answer, NodeLease
 from runtime.node_runtime import NodeRuntime
 
@@ -122,7 +122,8 @@ class LeaseKeeper:
         if self.lease.due(now):
             token = self.lease.send(now)
             try:
-                out[self._global().renew_lease.remote(self.node, self.runtime.incarnation)] = token
+                renew = self._global().renew_lease.options(concurrency_group=LEASE_GROUP)
+                out[renew.remote(self.node, self.runtime.incarnation)] = token
             except Exception as exc:  # noqa: BLE001 - no global manager: retried soon
                 self._forget_global()
                 self.lease.answered(token, None)

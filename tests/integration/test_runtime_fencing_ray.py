@@ -190,3 +190,50 @@ def test_a_global_manager_stopped_past_the_loss_window_declares_no_node_lost_for
     final = client.wait(job, timeout=180)
     assert final.state == "completed" and final.attempt == 2, final
     assert "fenced" in final.history[0], final.history
+
+
+def test_a_global_manager_whose_threads_are_all_held_still_renews_every_lease(
+    deployment: Any, capsys: Any
+) -> None:
+    """Every thread of the global manager's default concurrency group held (its fault
+    hook ``hold``, as calls slow to answer hold them) for longer than a lease: the nodes'
+    renewals, in a concurrency group of their own, are answered meanwhile, so no node
+    fences the gang running on it, and the gang completes in its first attempt."""
+    import ray
+
+    import coalloc
+    from runtime.config import GLOBAL_NAME, GLOBAL_THREADS, local_manager_name
+
+    address = deployment.address
+    client = coalloc.connect(address)
+    nodes = [n["name"] for n in status(capsys, address)["nodes"]]
+    lms = [actor(local_manager_name(n)) for n in nodes]
+
+    def leases() -> list[dict[str, Any]]:
+        return [r["lease"] for r in ray.get([a.ready.remote() for a in lms], timeout=60)]
+
+    lease = float(leases()[0]["lease_s"])
+    fenced_before = sum(int(n["counters"]["fenced"]) for n in status(capsys, address)["nodes"])
+    job = client.submit({"name": "held", "qos": "strict", "overall_deviation": 100,
+                         "asynchrony": 50, "subtasks": [{"work": 3000}, {"work": 3000}]})
+    wait_for(lambda: status(capsys, address, job)["jobs"][0]["state"] == "running")
+    gm = actor(GLOBAL_NAME)
+    # More holds than threads: the default group is full until the last one returns.
+    holds = [gm.hold.remote(lease * 1.5) for _ in range(GLOBAL_THREADS + 2)]
+    seen = 0
+    oldest = 0.0
+    while ray.wait(holds, num_returns=len(holds), timeout=0)[1]:
+        # The nodes' own view: every lease held, renewed well within its length.
+        views = leases()
+        assert all(v["held"] for v in views), views
+        oldest = max(oldest, *(float(v["age_s"]) for v in views))
+        seen += 1
+    assert seen >= 1  # looked while holds were out, not only after
+    ray.get(holds)
+    final = client.wait(job, timeout=240)
+    assert final.state == "completed" and final.attempt == 1, final
+    fenced = sum(int(n["counters"]["fenced"]) for n in status(capsys, address)["nodes"])
+    assert fenced == fenced_before
+    with capsys.disabled():
+        print(f"\nheld global manager: oldest lease {oldest:.2f} s of {lease:g} s over "
+              f"{seen} looks; load {os.getloadavg()[0]:.1f}")
