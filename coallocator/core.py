@@ -18,8 +18,9 @@ and a controller that is late may already hold reports for a later boundary. Com
 such a stale clock with fresh ones would show the lateness as phase difference (a
 multiple of one cycle's advance) and steer the gang against it. So, given ``catch_up > 0``
 (s), a running subtask whose last report describes another time than ``now``, by at most
-``catch_up`` s, is carried to ``now`` at the clock rate of that report (the rate of its
-rate cap before its first report), for the decision and for the statistics alike; the
+``catch_up`` s, is carried to ``now`` at the clock rate of that report (at the rate of
+its rate cap before its first report, and when the controller changed the cap at or
+after the boundary the report describes), for the decision and for the statistics alike; the
 period record marks it (``estimated``: seconds carried, by subtask index) and the summary
 counts such periods (``estimated_periods``). The controller changes nothing for a subtask
 carried forward (its node is late, or its reports are): where it is is only estimated,
@@ -80,6 +81,8 @@ class _SubtaskTrack:
     reported_at: float = 0.0
     #: Whether any report has been applied.
     reported: bool = False
+    #: T_R of the control period that last changed its rate cap (s; -inf: none).
+    cap_set_at: float = -math.inf
 
     def clock_at(self, now: float, catch_up: float) -> tuple[float, float]:
         """This subtask's ``T_V`` at ``T_R = now`` (s) and how many seconds of it were
@@ -88,11 +91,24 @@ class _SubtaskTrack:
         gap = now - self.reported_at
         if gap == 0.0 or abs(gap) > catch_up:
             return self.virtual_time, 0.0
-        if self.reported:
+        if self.reported and self.cap_set_at >= self.reported_at:
+            # Re-capped at or after the boundary of its last report: the cycles since ran
+            # at the new cap, not at the rate that report measured.
+            rate = self.capped_rate()
+        elif self.reported:
             rate = self.clock_rate
         else:  # not reported yet: it runs at its start cap (expected rate without one)
             rate = self.rate_cap / self.admitted_weight if self.rate_cap > 0 else 1.0
         return self.virtual_time + rate * gap, gap
+
+    def capped_rate(self) -> float:
+        """dT_V/dT_R under the rate cap in force: the cap's rate, no more than its node
+        said it could give (``capability``); uncapped, that capability, else its last
+        clock rate."""
+        if self.rate_cap > 0:
+            rate = self.rate_cap / self.admitted_weight
+            return min(rate, self.capability) if self.capability is not None else rate
+        return self.capability if self.capability is not None else self.clock_rate
 
     def state(self, ahead: float = 0.0, virtual_time: float | None = None) -> SubtaskState:
         """This subtask as a value, its clock moved ``ahead`` s at its last rate (0: as
@@ -374,7 +390,8 @@ class ControllerCore:
             for ch in decision.changes:
                 st = job.subtasks[ch.index]
                 st.weight, st.virtual_weight = ch.weight, ch.virtual_weight
-                st.rate_cap = ch.rate_cap
+                if ch.rate_cap != st.rate_cap:
+                    st.rate_cap, st.cap_set_at = ch.rate_cap, now
                 self._seq += 1
                 commands.append(
                     ReweightCommand(

@@ -179,3 +179,33 @@ def test_a_member_reported_ahead_of_a_late_controller_is_still_controlled() -> N
     c.ingest(report(0, 90.0, 45.0, rate=0.5))
     c.ingest(report(1, 120.0, 240.0, rate=2.0))
     assert 1 in {cmd.subtask for cmd in c.control_period(90.0)}
+
+
+def test_a_member_recapped_at_its_last_report_is_carried_at_its_new_cap() -> None:
+    """n0 ran ahead and the period of its last report held it back: when its next report
+    is late, the cycles since ran at the new cap, not at the rate that report measured,
+    and its carried clock says so."""
+    from coallocator.controller import ControlMode
+
+    records: list[object] = []
+    c = ControllerCore(ControllerConfig(mode=ControlMode.PACE), True,
+                       {"n0": 100.0, "n1": 100.0}, records.append, period=Q,
+                       catch_up=10 * Q)
+    c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0,
+                                   ((0, "n0", 50.0), (1, "n1", 50.0)), 500.0, 100.0))
+    def able(index: int, real: float, virtual: float, rate: float) -> ProgressReport:
+        # Both nodes could give twice the expected rate (capability 2).
+        return ProgressReport("j1", index, f"n{index}", 0, 0, real, virtual, 100.0,
+                              100.0 * rate, False, 200.0)
+
+    c.ingest(able(0, 90.0, 150.0, rate=2.0))
+    c.ingest(able(1, 90.0, 90.0, rate=1.0))
+    (cmd,) = [cmd for cmd in c.control_period(90.0) if cmd.subtask == 0]
+    assert 0 < cmd.rate_cap < 2.0 * 50.0  # held back
+    c.ingest(able(1, 120.0, 120.0, rate=1.0))
+    c.control_period(120.0)  # n0's report for 120 s is late
+    rec = periods(records)[-1]
+    assert rec.estimated == {"0": pytest.approx(Q)}
+    n0_at_120 = 150.0 + cmd.rate_cap / 50.0 * Q
+    assert rec.mean_virtual == pytest.approx((n0_at_120 + 120.0) / 2)
+    assert rec.phase_difference == pytest.approx(abs(n0_at_120 - 120.0))
