@@ -327,6 +327,16 @@ class ControllerCore:
             self.sink(record)
 
     # ------------------------------------------------------------------ control
+    def reported_through(self, t: float) -> bool:
+        """Whether every running subtask of every tracked job has a report describing
+        ``T_R >= t`` (s), or started at or after ``t``: a control period at ``t`` would
+        carry no clock forward (the live controller then evaluates it at once)."""
+        for job in self.jobs.values():
+            for s in job.subtasks:
+                if not s.done and s.reported_at < t:
+                    return False
+        return True
+
     def node_slack(self) -> dict[str, float]:
         held: dict[str, float] = {}
         for job in self.jobs.values():

@@ -5,8 +5,9 @@ No Ray here (:mod:`runtime.actors` wraps it). Reports come from a :class:`Report
 transport's command publisher).
 
 Timing. The control period ``P = control_every * q`` (model s). The period that ends at
-the boundary ``k * P`` is evaluated ``control_lag * q`` model seconds later, once the local
-managers' reports for that boundary are in; ``control_period`` is called with
+the boundary ``k * P`` is evaluated as soon as every running subtask's report for that
+boundary is in, and at the latest ``control_lag * q`` model seconds after it (a late local
+manager's clocks are then carried, below); ``control_period`` is called with
 ``T_R = k * P`` (the time those reports describe), exactly as the simulator calls it after
 stepping every node to ``k * P``. The commands reach the local managers before their next
 boundary and so act on the cycle ending at ``k * P + q``, again as in the simulator.
@@ -439,6 +440,12 @@ class ControllerService:
                 else:
                     self.counters["reports_unknown_job"] += 1
 
+    def reported_through(self, t: float) -> bool:
+        """Whether every running subtask the controller tracks has reported the boundary
+        at model time ``t`` (or a later one)."""
+        with self._lock:
+            return self.core.reported_through(t)
+
     def control(self, t: float) -> list[ReweightCommand]:
         """Run the control period ending at model time ``t`` and send its commands."""
         offset, quality = self.clock.clock_status()
@@ -492,8 +499,11 @@ class ControllerService:
                 wait = self.clock.seconds_until(due)
                 if wait <= 0:
                     break
-                self.ingest(self.reports.poll(min(wait, 0.05)))
+                got = self.reports.poll(min(wait, 0.05))
+                self.ingest(got)
                 self.commands.poll_incoming()
+                if got and self.reported_through(k * period):
+                    break  # every report for the boundary is in: the commands go sooner
             if self._stop.is_set():
                 break
             self.ingest(self.reports.poll(0.0))

@@ -166,3 +166,77 @@ def test_metrics_are_exported_on_the_first_period_then_once_per_export_interval(
         due = [t for t in times if t >= a + every]
         assert (due[0] if due else None) == b
     assert all(jobs == ["j"] for t, jobs in metrics.exports if t and t > 0)
+
+
+class Burst(Source):
+    """Gives ``reports`` at the first poll, then nothing (each poll waits a little)."""
+
+    def __init__(self, reports: list[ProgressReport]) -> None:
+        self.reports = reports
+        self.polls = 0
+
+    def poll(self, timeout_s: float) -> list[ProgressReport]:
+        import time
+
+        self.polls += 1
+        out, self.reports = self.reports, []
+        if not out:
+            time.sleep(min(timeout_s, 0.01))
+        return out
+
+
+def test_a_period_whose_reports_are_all_in_is_evaluated_before_its_lag() -> None:
+    """Model time stands still between the boundary (30 s) and the period's latest time
+    (30 s + control_lag x q = 45 s): with both members' reports for 30 s in, the loop
+    evaluates the period at once, so its commands have the rest of the cycle to travel."""
+    import threading
+
+    from support import wait_until
+
+    config = RuntimeConfig()
+    real = ManualClock(40.0)
+    clock = ModelClock(real, TimeBase(0.0, 1.0))
+    burst = Burst([ProgressReport("j", i, n, 0, 1, 30.0, 30.0, 10.0, 10.0)
+                   for i, n in enumerate(("n1", "n2"))])
+    svc = ControllerService(config, clock, {"n1": 500.0, "n2": 500.0}, burst, Sink(), None)
+    svc.register_job(JobRegistration("j", QosClass.STRICT, 0.0,
+                                     ((0, "n1", 50.0), (1, "n2", 50.0)), 100.0, 50.0))
+    svc.control(0.0)
+    assert config.cycle + config.control_lag * config.cycle > real.now()  # before its lag
+    loop = threading.Thread(target=svc.run, daemon=True)
+    loop.start()
+    try:
+        wait_until(lambda: svc.period_time == config.cycle, timeout=30, interval=0.01,
+                   message="the period at 30 s to be evaluated")
+        assert real.now() == 40.0
+    finally:
+        svc.stop()
+        loop.join(timeout=30)
+
+
+def test_a_period_with_a_report_missing_waits_for_its_lag() -> None:
+    import threading
+
+    from support import wait_until
+
+    config = RuntimeConfig()
+    real = ManualClock(40.0)
+    clock = ModelClock(real, TimeBase(0.0, 1.0))
+    burst = Burst([ProgressReport("j", 0, "n1", 0, 1, 30.0, 30.0, 10.0, 10.0)])
+    svc = ControllerService(config, clock, {"n1": 500.0, "n2": 500.0}, burst, Sink(), None)
+    svc.register_job(JobRegistration("j", QosClass.STRICT, 0.0,
+                                     ((0, "n1", 50.0), (1, "n2", 50.0)), 100.0, 50.0))
+    svc.control(0.0)
+    loop = threading.Thread(target=svc.run, daemon=True)
+    loop.start()
+    try:
+        # The report was taken in at the first poll; many polls later, still waiting.
+        wait_until(lambda: burst.polls >= 20, timeout=60, interval=0.01,
+                   message="the loop to poll 20 times")
+        assert svc.counters["reports_applied"] == 1 and svc.period_time == 0.0
+        real.set(45.0)  # its lag is over: evaluated with n2's clock carried
+        wait_until(lambda: svc.period_time == config.cycle, timeout=30, interval=0.01,
+                   message="the period at 30 s to be evaluated")
+    finally:
+        svc.stop()
+        loop.join(timeout=30)
