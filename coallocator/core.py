@@ -23,7 +23,7 @@ its rate cap before its first report, and when the controller changed the cap at
 after the boundary the report describes), for the decision and for the statistics alike; the
 period record marks it (``estimated``: seconds carried, by subtask index) and the summary
 counts such periods (``estimated_periods``). The controller changes nothing for a subtask
-carried forward (its node is late, or its reports are): where it is is only estimated,
+carried forward by more than a control period: its manager may be a whole period late,
 and a late manager applies the commands it finds when it catches up to every cycle it
 replays, so a cap meant for one period would act over all the missed ones. Beyond
 ``catch_up`` the node was stalled and
@@ -128,15 +128,20 @@ class _SubtaskTrack:
         )
 
 
-def _withhold_late(decision: JobDecision, carried: Mapping[str, float]) -> JobDecision:
+def _withhold_late(
+    decision: JobDecision, carried: Mapping[str, float], period: float
+) -> JobDecision:
     """``decision`` without the changes for subtasks whose clock was carried forward over
-    a late report (``carried``: seconds carried by subtask index; see "Late reports").
-    Where such a member is is only estimated, and its manager, if it is the one that is
-    late, applies a command when it catches up to every cycle it replays, not only to the
-    cycles after the period the command was meant for: a cap meant for one cycle would
-    hold it over all the missed ones and put it out of step. Its weights and cap stay as
-    they were until its reports are in again (its estimate assumed exactly that)."""
-    late = {int(i) for i, gap in carried.items() if gap > 0}
+    a report more than a control period ``period`` (s) late (``carried``: seconds carried
+    by subtask index; see "Late reports"). Such a member's manager, if it is the one that
+    is late, is behind by a whole period or more: it applies a command when it catches up
+    to every cycle it replays, not only to the cycles after the period the command was
+    meant for, so a cap meant for one period would hold it over all the missed ones and
+    put it out of step. Its weights and cap stay as they were until its reports are in
+    again (its estimate assumed exactly that). A manager only a fraction of a period late
+    (one missing report) gets its commands before its next boundary, as on time: were
+    they withheld, a node always a little late would never be controlled."""
+    late = {int(i) for i, gap in carried.items() if gap > period}
     if not late:
         return decision
     kept = tuple(ch for ch in decision.changes if ch.index not in late)
@@ -391,7 +396,7 @@ class ControllerCore:
         )
         for job, decision, carried in zip(controlled, reply.decisions, estimates):
             if carried:
-                decision = _withhold_late(decision, carried)
+                decision = _withhold_late(decision, carried, self.period_length or 0.0)
             job.tracker.observe(
                 decision.phase_difference, decision.mean_virtual - now, carried is not None
             )

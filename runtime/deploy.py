@@ -635,9 +635,10 @@ def deploy(
             info["admin"] = auth.admin
             api_url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
         say("starting the global manager")
+        # Ray's typing of remote() lists no concurrency_groups; it takes them.
+        remote: Any = ray.remote
         gm: Any = (
-            ray.remote(concurrency_groups={LEASE_GROUP: LEASE_GROUP_THREADS})(
-                GlobalManagerActor)
+            remote(concurrency_groups={LEASE_GROUP: LEASE_GROUP_THREADS})(GlobalManagerActor)
             .options(
                 name=GLOBAL_NAME, scheduling_strategy=pinned(here), max_concurrency=GLOBAL_THREADS,
                 max_restarts=GLOBAL_MAX_RESTARTS, max_task_retries=0, **common,

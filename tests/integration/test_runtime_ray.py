@@ -333,7 +333,7 @@ def test_process_executor_jobs(deployment: Any, capsys: Any, tmp_path: Path) -> 
         ]
     )
     answers = [to_json(a) for a in submitted]
-    assert all(a["admitted"] for a in answers)
+    assert all(a["admitted"] for a in answers), [(a["name"], a.get("reason")) for a in answers]
     short, fails, missing, spin = (a["job_id"] for a in answers)
     assert client.wait(short, timeout=60).state == "completed"
     rec = to_json(client.wait(fails, timeout=60))

@@ -209,3 +209,18 @@ def test_a_member_recapped_at_its_last_report_is_carried_at_its_new_cap() -> Non
     n0_at_120 = 150.0 + cmd.rate_cap / 50.0 * Q
     assert rec.mean_virtual == pytest.approx((n0_at_120 + 120.0) / 2)
     assert rec.phase_difference == pytest.approx(abs(n0_at_120 - 120.0))
+
+
+def test_a_member_one_report_late_is_still_controlled() -> None:
+    """Only its report for the period is missing (its manager a fraction of a period
+    late): the command reaches it before its next boundary, so it is sent; otherwise a
+    node always a little late would never be controlled."""
+    from coallocator.controller import ControlMode
+
+    c = ControllerCore(ControllerConfig(mode=ControlMode.PACE), True,
+                       {"n0": 100.0, "n1": 100.0}, None, period=Q, catch_up=10 * Q)
+    c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0,
+                                   ((0, "n0", 50.0), (1, "n1", 50.0)), 500.0, 100.0))
+    c.ingest(report(0, 90.0, 180.0, rate=2.0))
+    c.ingest(report(1, 60.0, 30.0, rate=0.5))
+    assert {0, 1} <= {cmd.subtask for cmd in c.control_period(90.0)}
