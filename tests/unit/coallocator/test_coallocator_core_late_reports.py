@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coallocator.controller import ControllerConfig
+from coallocator.controller import ControllerConfig, ControlMode
 from coallocator.core import ControllerCore
 from coallocator.messages import ProgressReport
 from coallocator.phase_log import PeriodRecord, SummaryRecord
@@ -25,10 +25,14 @@ def report(index: int, real: float, virtual: float, rate: float = 1.0,
                           done)
 
 
-def gang(catch_up: float, enabled: bool = True) -> tuple[ControllerCore, list[object]]:
+def gang(catch_up: float, enabled: bool = True,
+         pace: bool = False) -> tuple[ControllerCore, list[object]]:
+    """Job j1 of two members on n0 and n1; ``pace``: under pace control (the product's
+    ``sq``), with a control period of one cycle."""
     records: list[object] = []
-    c = ControllerCore(ControllerConfig(), enabled, {"n0": 100.0, "n1": 100.0},
-                       records.append, catch_up=catch_up)
+    config = ControllerConfig(mode=ControlMode.PACE) if pace else ControllerConfig()
+    c = ControllerCore(config, enabled, {"n0": 100.0, "n1": 100.0},
+                       records.append, period=Q if pace else None, catch_up=catch_up)
     c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0,
                                    ((0, "n0", 50.0), (1, "n1", 50.0)), 500.0, 100.0))
     return c, records
@@ -146,14 +150,7 @@ def test_no_command_goes_to_a_member_whose_clock_is_carried_forward() -> None:
     """n1 is late (its clock carried forward): the period's decision may re-cap n0's
     member, never n1's, which keeps the cap its estimate assumed; once n1's reports are
     in, it is controlled again."""
-    from coallocator.controller import ControlMode
-
-    records: list[object] = []
-    c = ControllerCore(ControllerConfig(mode=ControlMode.PACE), True,
-                       {"n0": 100.0, "n1": 100.0}, records.append, period=Q,
-                       catch_up=10 * Q)
-    c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0,
-                                   ((0, "n0", 50.0), (1, "n1", 50.0)), 500.0, 100.0))
+    c, records = gang(catch_up=10 * Q, pace=True)
     # n0 ran at twice the expected rate, n1 at half of it (its last report, 2 cycles old):
     # pace control would hold n0 back and lift n1.
     c.ingest(report(0, 90.0, 180.0, rate=2.0))
@@ -170,12 +167,7 @@ def test_no_command_goes_to_a_member_whose_clock_is_carried_forward() -> None:
 
 def test_a_member_reported_ahead_of_a_late_controller_is_still_controlled() -> None:
     """Carried back (the controller is late, not the node): its commands still go."""
-    from coallocator.controller import ControlMode
-
-    c = ControllerCore(ControllerConfig(mode=ControlMode.PACE), True,
-                       {"n0": 100.0, "n1": 100.0}, None, period=Q, catch_up=10 * Q)
-    c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0,
-                                   ((0, "n0", 50.0), (1, "n1", 50.0)), 500.0, 100.0))
+    c, _ = gang(catch_up=10 * Q, pace=True)
     c.ingest(report(0, 90.0, 45.0, rate=0.5))
     c.ingest(report(1, 120.0, 240.0, rate=2.0))
     assert 1 in {cmd.subtask for cmd in c.control_period(90.0)}
@@ -185,14 +177,7 @@ def test_a_member_recapped_at_its_last_report_is_carried_at_its_new_cap() -> Non
     """n0 ran ahead and the period of its last report held it back: when its next report
     is late, the cycles since ran at the new cap, not at the rate that report measured,
     and its carried clock says so."""
-    from coallocator.controller import ControlMode
-
-    records: list[object] = []
-    c = ControllerCore(ControllerConfig(mode=ControlMode.PACE), True,
-                       {"n0": 100.0, "n1": 100.0}, records.append, period=Q,
-                       catch_up=10 * Q)
-    c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0,
-                                   ((0, "n0", 50.0), (1, "n1", 50.0)), 500.0, 100.0))
+    c, records = gang(catch_up=10 * Q, pace=True)
     def able(index: int, real: float, virtual: float, rate: float) -> ProgressReport:
         # Both nodes could give twice the expected rate (capability 2).
         return ProgressReport("j1", index, f"n{index}", 0, 0, real, virtual, 100.0,
@@ -215,12 +200,7 @@ def test_a_member_one_report_late_is_still_controlled() -> None:
     """Only its report for the period is missing (its manager a fraction of a period
     late): the command reaches it before its next boundary, so it is sent; otherwise a
     node always a little late would never be controlled."""
-    from coallocator.controller import ControlMode
-
-    c = ControllerCore(ControllerConfig(mode=ControlMode.PACE), True,
-                       {"n0": 100.0, "n1": 100.0}, None, period=Q, catch_up=10 * Q)
-    c.register_job(JobRegistration("j1", QosClass.STRICT, 0.0,
-                                   ((0, "n0", 50.0), (1, "n1", 50.0)), 500.0, 100.0))
+    c, _ = gang(catch_up=10 * Q, pace=True)
     c.ingest(report(0, 90.0, 180.0, rate=2.0))
     c.ingest(report(1, 60.0, 30.0, rate=0.5))
     assert {0, 1} <= {cmd.subtask for cmd in c.control_period(90.0)}
