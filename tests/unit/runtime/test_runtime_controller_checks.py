@@ -169,19 +169,21 @@ def test_metrics_are_exported_on_the_first_period_then_once_per_export_interval(
 
 
 class Burst(Source):
-    """Gives ``reports`` at the first poll, then nothing (each poll waits a little)."""
+    """Gives ``reports`` at the first poll, then nothing: later polls wait their timeout
+    (at most 10 ms) for reports that never come, as the transport's would."""
 
     def __init__(self, reports: list[ProgressReport]) -> None:
+        import threading
+
         self.reports = reports
         self.polls = 0
+        self.more = threading.Event()  # never set: no report after the burst
 
     def poll(self, timeout_s: float) -> list[ProgressReport]:
-        import time
-
         self.polls += 1
         out, self.reports = self.reports, []
         if not out:
-            time.sleep(min(timeout_s, 0.01))
+            self.more.wait(min(timeout_s, 0.01))
         return out
 
 
