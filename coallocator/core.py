@@ -91,14 +91,11 @@ class _SubtaskTrack:
         gap = now - self.reported_at
         if gap == 0.0 or abs(gap) > catch_up:
             return self.virtual_time, 0.0
-        if self.reported and self.cap_set_at >= self.reported_at:
-            # Re-capped at or after the boundary of its last report: the cycles since ran
-            # at the new cap, not at the rate that report measured.
-            rate = self.capped_rate()
-        elif self.reported:
-            rate = self.clock_rate
-        else:  # not reported yet: it runs at its start cap (expected rate without one)
-            rate = self.rate_cap / self.admitted_weight if self.rate_cap > 0 else 1.0
+        # Not reported yet (its start cap; the expected rate without one), or re-capped at
+        # or after the boundary of its last report (the cycles since ran at the new cap,
+        # not at the rate that report measured): the rate of the cap in force.
+        fresh_cap = not self.reported or self.cap_set_at >= self.reported_at
+        rate = self.capped_rate() if fresh_cap else self.clock_rate
         return self.virtual_time + rate * gap, gap
 
     def capped_rate(self) -> float:
